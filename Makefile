@@ -1,0 +1,29 @@
+# The README's two commands: `make run` and `make test`. Each creates or refreshes .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test lint format bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(BIN)/trainflow run
+
+test: setup
+	$(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .trainflow .pytest_cache

@@ -1,0 +1,35 @@
+"""Shared fixtures: an isolated trainflow home per test session and one local Ray instance."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def trainflow_home(tmp_path_factory) -> Path:
+    """Every test session writes under its own home, never the user's ./.trainflow."""
+    home = tmp_path_factory.mktemp("trainflow-home")
+    old = os.environ.get("TRAINFLOW_HOME")
+    os.environ["TRAINFLOW_HOME"] = str(home)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    yield home
+    if old is None:
+        os.environ.pop("TRAINFLOW_HOME", None)
+    else:
+        os.environ["TRAINFLOW_HOME"] = old
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray instance shared by the integration tests (4 logical CPUs on 2 cores)."""
+    from training.cluster import connect, shutdown
+    from training.config import RayConfig
+
+    resources = connect(RayConfig(num_cpus=4))
+    yield resources
+    shutdown()

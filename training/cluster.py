@@ -1,0 +1,83 @@
+"""The one ``ray.init``: a local instance (embedded default) or an existing cluster."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from training.config import RayConfig
+from training.errors import ConfigError, ServiceUnreachableError
+
+log = logging.getLogger(__name__)
+
+# No network here and nothing to report to: keep Ray from phoning home.
+_RAY_ENV_DEFAULTS = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # Dedup is useful, but Ray's "repeated Nx across cluster" lines confuse our summary output.
+    "RAY_DEDUP_LOGS": "1",
+    # Train V2 is the default in 2.60; say so explicitly so a user's env cannot flip it.
+    "RAY_TRAIN_V2_ENABLED": "1",
+}
+
+
+def ray_env() -> dict[str, str]:
+    """Environment every Ray process of ours should see (driver and workers)."""
+    return dict(_RAY_ENV_DEFAULTS)
+
+
+def connect(ray_config: RayConfig) -> dict[str, float]:
+    """Start or join Ray once per process (retried Prefect tasks find it running).
+
+    Returns the cluster's total resources.
+    """
+    import ray
+
+    for key, value in _RAY_ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    address = ray_config.address or os.environ.get("RAY_ADDRESS")
+    runtime_env = {"env_vars": ray_env()}
+    try:
+        if address:
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+        else:
+            ray.init(
+                num_cpus=ray_config.num_cpus,
+                # The dashboard serves the State API that Train V2 uses to clean up placement
+                # groups of trials stopped by ASHA; without it later trials hang.
+                include_dashboard=True,
+                # Bind everything to loopback: nothing of ours listens on other interfaces.
+                dashboard_host="127.0.0.1",
+                _node_ip_address="127.0.0.1",
+                runtime_env=runtime_env,
+                configure_logging=True,
+                logging_level=logging.WARNING,
+                log_to_driver=True,
+            )
+    except ConnectionError as exc:
+        raise ServiceUnreachableError(
+            f"cannot connect to the Ray cluster at {address}: {exc}; check ray.address / "
+            "RAY_ADDRESS, or unset it to use a local instance"
+        ) from None
+    return ray.cluster_resources()
+
+
+def check_can_host(total: dict[str, float], workers: int, per_worker: dict[str, float]) -> None:
+    """Fail before training if the cluster can never host the worker group."""
+    for resource, amount in per_worker.items():
+        key = resource.upper() if resource.lower() in ("cpu", "gpu") else resource
+        have = total.get(key, 0.0)
+        if workers * amount > have:
+            raise ConfigError(
+                f"train.num_workers={workers} x {amount:g} {key} needs {workers * amount:g} {key} "
+                f"but the Ray cluster has {have:g}; lower train.num_workers or "
+                "train.resources_per_worker, or add nodes"
+            )
+
+
+def shutdown() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()

@@ -1,0 +1,473 @@
+"""The one schema of every setting, its defaults, and loading with overrides.
+
+YAML files and ``--set a.b=value`` hold overrides only; every default lives here. Everything is
+validated before any cluster, server or file is touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from training.errors import ConfigError
+
+BUILTIN_DIGITS = "builtin:digits"
+DIGITS_IMAGE_SHAPE = [1, 8, 8]
+
+
+class _Section(BaseModel):
+    # Unknown keys are typos: refuse them instead of silently ignoring them.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SplitConfig(_Section):
+    """Fractions of rows held out, assigned by a seeded hash of each row."""
+
+    val: float = Field(0.15, gt=0, lt=1, description="fraction of rows for validation")
+    test: float = Field(0.15, gt=0, lt=1, description="fraction of rows for the final test")
+    seed: int = Field(0, ge=0, description="seed of the row hash that assigns splits")
+
+    @model_validator(mode="after")
+    def _leave_rows_for_training(self) -> SplitConfig:
+        if self.val + self.test >= 0.9:
+            raise ValueError(
+                f"val + test = {self.val + self.test:.2f} leaves too few rows for training; "
+                "keep data.split.val + data.split.test below 0.9"
+            )
+        return self
+
+
+class DataConfig(_Section):
+    """Where the table is and which columns mean what."""
+
+    source: str = Field(
+        BUILTIN_DIGITS,
+        description="builtin:digits, or a parquet/CSV file or directory (local path or s3:// URI)",
+    )
+    format: Literal["auto", "parquet", "csv"] = Field(
+        "auto", description="file format; auto infers it from the suffix"
+    )
+    label_column: str = Field("label", min_length=1, description="the column to predict")
+    feature_columns: list[str] | None = Field(
+        None, description="numeric feature columns; default: every other numeric column"
+    )
+    image_column: str | None = Field(
+        None, description="a column of fixed-size numeric arrays, used instead of features"
+    )
+    image_shape: list[int] | None = Field(
+        None, description="shape (C, H, W) of one image; needed by model.kind=cnn"
+    )
+    split: SplitConfig = Field(default_factory=SplitConfig)
+
+    @field_validator("image_shape")
+    @classmethod
+    def _positive_shape(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and (len(value) != 3 or any(d <= 0 for d in value)):
+            raise ValueError(
+                "must be three positive ints [channels, height, width], e.g. [1, 8, 8]"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _features_or_image(self) -> DataConfig:
+        if self.feature_columns is not None and self.image_column is not None:
+            raise ValueError("set either data.feature_columns or data.image_column, not both")
+        if self.feature_columns is not None and len(self.feature_columns) == 0:
+            raise ValueError("data.feature_columns is empty; list columns or leave it unset")
+        if self.feature_columns is not None and self.label_column in self.feature_columns:
+            raise ValueError(f"label column {self.label_column!r} is also in data.feature_columns")
+        return self
+
+
+class ModelConfig(_Section):
+    """The network. mlp works on feature vectors, cnn on images (data.image_shape)."""
+
+    kind: Literal["mlp", "cnn"] = Field("mlp", description="mlp | cnn")
+    hidden_sizes: list[int] = Field(
+        default_factory=lambda: [128, 64], description="MLP hidden layer widths"
+    )
+    channels: list[int] = Field(
+        default_factory=lambda: [16, 32], description="CNN conv channels, one 3x3 conv block each"
+    )
+    cnn_hidden: int = Field(64, gt=0, description="width of the CNN's dense layer")
+    dropout: float = Field(0.1, ge=0, lt=1, description="dropout probability")
+
+    @field_validator("hidden_sizes", "channels")
+    @classmethod
+    def _positive_sizes(cls, value: list[int]) -> list[int]:
+        if not value or any(v <= 0 for v in value):
+            raise ValueError("must be a non-empty list of positive ints")
+        return value
+
+
+class CheckpointSettings(_Section):
+    """Ray Train checkpoint retention."""
+
+    num_to_keep: int = Field(2, ge=1, description="checkpoints kept per run (best by score)")
+    score_attribute: str = Field("val_accuracy", description="metric that ranks checkpoints")
+    score_order: Literal["max", "min"] = Field("max", description="max | min")
+
+
+class TrainConfig(_Section):
+    """Final distributed training (Ray Train TorchTrainer) and the loop's hyperparameters."""
+
+    num_workers: int | tuple[int, int] = Field(
+        2, description="DDP workers: an int, or [min, max] for elastic training"
+    )
+    use_gpu: bool = Field(False, description="one GPU per worker (use backend nccl)")
+    resources_per_worker: dict[str, float] = Field(
+        default_factory=lambda: {"CPU": 1.0}, description="Ray resources of each worker"
+    )
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend")
+    timeout_s: int = Field(1800, gt=0, description="torch.distributed init/collective timeout")
+    max_epochs: int = Field(20, ge=1, description="epochs of the final training")
+    batch_size: int = Field(64, ge=1, description="global batch size (split across workers)")
+    lr: float = Field(3e-3, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(1e-4, ge=0, description="AdamW weight decay")
+    lr_schedule: Literal["constant", "cosine"] = Field("cosine", description="constant | cosine")
+    checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
+    max_failures: int = Field(1, ge=-1, description="worker-group restarts allowed; -1 = forever")
+    seed: int = Field(0, ge=0, description="seed of init, shuffling and dropout")
+
+    @field_validator("num_workers")
+    @classmethod
+    def _valid_workers(cls, value: int | tuple[int, int]) -> int | tuple[int, int]:
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError("must be >= 1")
+            return value
+        low, high = value
+        if low < 1 or high < low:
+            raise ValueError("elastic [min, max] needs 1 <= min <= max")
+        return (low, high) if low != high else low
+
+    @field_validator("resources_per_worker")
+    @classmethod
+    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
+        if any(v < 0 for v in value.values()):
+            raise ValueError("resource amounts must be >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _gpu_backend(self) -> TrainConfig:
+        if self.backend == "nccl" and not self.use_gpu:
+            raise ValueError("train.backend=nccl needs train.use_gpu=true; use gloo on CPUs")
+        return self
+
+    @property
+    def max_workers(self) -> int:
+        return self.num_workers if isinstance(self.num_workers, int) else self.num_workers[1]
+
+    @property
+    def min_workers(self) -> int:
+        return self.num_workers if isinstance(self.num_workers, int) else self.num_workers[0]
+
+
+class AshaConfig(_Section):
+    """ASHA early stopping; one training_iteration is one epoch."""
+
+    max_t: int = Field(10, ge=1, description="epochs a trial may run at most")
+    grace_period: int = Field(2, ge=1, description="epochs before a trial can be stopped")
+    reduction_factor: float = Field(3, gt=1, description="keep 1/reduction_factor per rung")
+
+
+_DOMAIN_KINDS = ("loguniform", "uniform", "choice", "randint")
+
+
+class SearchDomain(_Section):
+    """One hyperparameter's distribution: exactly one of the four keys."""
+
+    loguniform: tuple[float, float] | None = None
+    uniform: tuple[float, float] | None = None
+    randint: tuple[int, int] | None = None
+    choice: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SearchDomain:
+        given = [k for k in _DOMAIN_KINDS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(_DOMAIN_KINDS)}")
+        if self.loguniform is not None and not 0 < self.loguniform[0] < self.loguniform[1]:
+            raise ValueError("loguniform needs 0 < low < high")
+        if self.uniform is not None and not self.uniform[0] < self.uniform[1]:
+            raise ValueError("uniform needs low < high")
+        if self.randint is not None and not self.randint[0] < self.randint[1]:
+            raise ValueError("randint needs low < high (high exclusive)")
+        if self.choice is not None and len(self.choice) == 0:
+            raise ValueError("choice needs at least one value")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in _DOMAIN_KINDS if getattr(self, k) is not None)
+
+    def bounds(self) -> list[Any]:
+        """Values at the edges of the domain, to check them against the config schema."""
+        if self.choice is not None:
+            return list(self.choice)
+        if self.randint is not None:
+            return [self.randint[0], self.randint[1] - 1]
+        return list(getattr(self, self.kind))
+
+
+def _default_search_space() -> dict[str, SearchDomain]:
+    return {
+        "train.lr": SearchDomain(loguniform=(1e-3, 2e-2)),
+        "train.weight_decay": SearchDomain(loguniform=(1e-5, 1e-2)),
+        "model.dropout": SearchDomain(uniform=(0.0, 0.3)),
+        "train.batch_size": SearchDomain(choice=[32, 64, 128]),
+    }
+
+
+class SweepConfig(_Section):
+    """Ray Tune sweep with ASHA over the same loop; search-space keys are config paths."""
+
+    enabled: bool = Field(True, description="false: train once with the configured values")
+    num_samples: int = Field(8, ge=1, description="trials sampled from the search space")
+    max_concurrent_trials: int = Field(2, ge=1, description="trials running at once")
+    workers_per_trial: int = Field(
+        1, ge=1, description="1: plain Tune function trial; >1: each trial drives a TorchTrainer"
+    )
+    metric: Literal["val_accuracy", "val_loss"] = Field("val_accuracy", description="ranked metric")
+    mode: Literal["max", "min"] = Field("max", description="max | min")
+    asha: AshaConfig = Field(default_factory=AshaConfig)
+    search_space: dict[str, SearchDomain] = Field(default_factory=_default_search_space)
+    seed: int = Field(0, ge=0, description="seed of the sampled configurations")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SweepConfig:
+        if self.asha.grace_period > self.asha.max_t:
+            raise ValueError(
+                f"sweep.asha.grace_period ({self.asha.grace_period}) must be <= "
+                f"sweep.asha.max_t ({self.asha.max_t})"
+            )
+        expected_mode = "max" if self.metric == "val_accuracy" else "min"
+        if self.mode != expected_mode:
+            raise ValueError(f"sweep.metric={self.metric} needs sweep.mode={expected_mode}")
+        return self
+
+
+class GateConfig(_Section):
+    """When a new model version may take the champion alias."""
+
+    metric: Literal["test_accuracy", "test_macro_f1", "test_loss"] = Field(
+        "test_accuracy", description="test metric compared with the current champion's"
+    )
+    min_delta: float = Field(0.0, ge=0, description="improvement required to move champion")
+
+
+class MlflowConfig(_Section):
+    """Tracking and registry."""
+
+    tracking_uri: str | None = Field(
+        None, description="MLflow server URL or sqlite:///...; default: sqlite in the home"
+    )
+    experiment: str = Field("trainflow", min_length=1, description="MLflow experiment name")
+    registered_model: str = Field(
+        "digits-classifier", min_length=1, description="registered model name"
+    )
+    gate: GateConfig = Field(default_factory=GateConfig)
+
+
+class RayConfig(_Section):
+    """Where Ray runs."""
+
+    address: str | None = Field(
+        None, description="existing cluster address (ray://... or host:port); none = local"
+    )
+    num_cpus: int = Field(
+        4, ge=1, description="logical CPUs of the local instance (more than cores avoids stalls)"
+    )
+
+
+class StorageConfig(_Section):
+    """Processed data, checkpoints and Tune state."""
+
+    root: str | None = Field(
+        None, description="absolute path or s3://bucket/prefix; default: <home>/storage"
+    )
+    endpoint_url: str | None = Field(None, description="S3-compatible endpoint override")
+
+    @field_validator("root")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is None or "://" in value:
+            return value
+        if not os.path.isabs(value):
+            raise ValueError(
+                f"{value!r} is relative; give an absolute path or an s3://bucket/prefix URI"
+            )
+        return value
+
+
+class PipelineConfig(_Section):
+    """Everything the pipeline needs; the flow's one parameter."""
+
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    sweep: SweepConfig = Field(default_factory=SweepConfig)
+    mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> PipelineConfig:
+        if self.model.kind == "cnn" and self.data.image_shape is None:
+            if self.data.source == BUILTIN_DIGITS:
+                self.data.image_shape = list(DIGITS_IMAGE_SHAPE)
+            else:
+                raise ValueError("model.kind=cnn needs data.image_shape, e.g. [1, 28, 28]")
+        if self.ray.address is None:
+            self._check_fits_local_instance()
+        for key, domain in self.sweep.search_space.items():
+            _check_search_key(self, key, domain)
+        return self
+
+    def _check_fits_local_instance(self) -> None:
+        cpus_per_worker = self.train.resources_per_worker.get("CPU", 1.0)
+        needed = self.train.min_workers * cpus_per_worker
+        if needed > self.ray.num_cpus:
+            raise ValueError(
+                f"train.num_workers={self.train.num_workers} x {cpus_per_worker} CPU needs "
+                f"{needed:g} CPUs but the local Ray instance has ray.num_cpus={self.ray.num_cpus}; "
+                "lower train.num_workers or raise ray.num_cpus"
+            )
+        per_trial = self.sweep.workers_per_trial * cpus_per_worker
+        if self.sweep.enabled and per_trial > self.ray.num_cpus:
+            raise ValueError(
+                f"sweep.workers_per_trial={self.sweep.workers_per_trial} needs {per_trial:g} CPUs "
+                f"but ray.num_cpus={self.ray.num_cpus}; lower it or raise ray.num_cpus"
+            )
+
+    def with_overrides(self, overrides: dict[str, Any]) -> PipelineConfig:
+        """A validated copy with dotted-path overrides applied (e.g. a trial's params)."""
+        raw = self.model_dump(mode="json")
+        for key, value in overrides.items():
+            _set_dotted(raw, key, value)
+        return validate_config(raw)
+
+    def flat(self) -> dict[str, Any]:
+        """Dotted key -> value, for MLflow params."""
+        return flatten(self.model_dump(mode="json"))
+
+
+def _check_search_key(config: PipelineConfig, key: str, domain: SearchDomain) -> None:
+    if key.startswith(("sweep.", "mlflow.", "ray.", "storage.", "data.")):
+        raise ValueError(f"sweep.search_space key {key!r}: only train.* and model.* can be swept")
+    raw = config.model_dump(mode="json")
+    try:
+        _get_dotted(raw, key)
+    except KeyError:
+        raise ValueError(
+            f"sweep.search_space key {key!r} is not a config key; use dotted paths such as "
+            "train.lr or model.dropout"
+        ) from None
+    for value in domain.bounds():
+        trial = copy.deepcopy(raw)
+        trial["sweep"]["search_space"] = {}
+        _set_dotted(trial, key, value)
+        try:
+            PipelineConfig.model_validate(trial)
+        except ValidationError as exc:
+            first = exc.errors()[0]["msg"]
+            raise ValueError(
+                f"sweep.search_space[{key!r}] can produce {value!r}, which is invalid: {first}"
+            ) from None
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def _get_dotted(tree: dict[str, Any], key: str) -> Any:
+    node: Any = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(key)
+        node = node[part]
+    return node
+
+
+def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {key!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        given = err.get("input")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; `trainflow config show` lists every key)"
+        elif not isinstance(given, dict):
+            msg = f"{msg} (got {given!r})"
+        lines.append(f"  {key}: {msg}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def validate_config(raw: dict[str, Any]) -> PipelineConfig:
+    """Validate a raw dict; raise ConfigError naming every bad key and what is allowed."""
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc)) from None
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``a.b=value`` -> ("a.b", value), the value read as YAML (numbers, lists, null...)."""
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.lr=0.01")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {item!r}: value is not valid YAML ({exc})") from None
+    return key.strip(), value
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None
+) -> PipelineConfig:
+    """Defaults, then the YAML file, then ``--set`` overrides; validated as a whole."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(
+                f"config file {str(path)!r} does not exist; pass an existing YAML file"
+            )
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections")
+        raw = loaded or {}
+    for item in overrides or []:
+        key, value = parse_override(item)
+        _set_dotted(raw, key, value)
+    return validate_config(raw)

@@ -1,0 +1,43 @@
+"""Errors that reach the user: each message says what was wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class TrainflowError(Exception):
+    """Base of every error trainflow raises on purpose."""
+
+    #: A retry can never fix this error (bad input, bad config): Prefect must not retry it.
+    retriable: bool = False
+
+
+class ConfigError(TrainflowError):
+    """An invalid configuration value; raised before anything starts."""
+
+
+class DataValidationError(TrainflowError):
+    """The input data cannot be used as given (missing column, NaN label, empty, corrupt...)."""
+
+
+class StorageError(TrainflowError):
+    """A storage location cannot be read or written."""
+
+
+class ServiceUnreachableError(TrainflowError):
+    """A server (MLflow, Prefect, S3, Ray) did not answer. Transient: retrying may help."""
+
+    retriable = True
+
+
+class TrainingDivergedError(TrainflowError):
+    """The loss became NaN/inf: the hyperparameters, not the machine, are at fault."""
+
+
+class ModelNotFoundError(TrainflowError):
+    """A model URI or checkpoint does not exist or is not a trainflow model."""
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """True unless the exception is one of ours that a retry cannot fix."""
+    if isinstance(exc, TrainflowError):
+        return exc.retriable
+    return True

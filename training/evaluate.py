@@ -1,0 +1,185 @@
+"""Batch inference with Ray Data over a checkpoint, and the metrics of the held-out split."""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from training.config import ModelConfig
+from training.errors import DataValidationError, ModelNotFoundError
+from training.loop import STATE_FILE, load_state
+from training.manifest import FEATURES, LABEL, FeatureSpec, Manifest
+from training.model import NormalizedClassifier, build_model
+
+log = logging.getLogger(__name__)
+
+PREDICTION = "prediction"
+CONFIDENCE = "confidence"
+
+
+@dataclass
+class EvalResult:
+    metrics: dict[str, float]  # test_accuracy, test_macro_f1, test_loss, test_rows
+    per_class: list[dict[str, Any]]  # class, precision, recall, f1, support
+    confusion: list[list[int]]  # rows = true class, columns = predicted class
+    class_names: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_model_state(path: str) -> dict[str, Any]:
+    """A trainflow checkpoint (a directory holding state.pt, or the file itself)."""
+    directory = path if os.path.isdir(path) else os.path.dirname(path)
+    if not os.path.isfile(os.path.join(directory, STATE_FILE)):
+        raise ModelNotFoundError(f"no {STATE_FILE} at {path}; pass a trainflow checkpoint")
+    return load_state(directory)
+
+
+def model_from_state(state: dict[str, Any]) -> tuple[torch.nn.Module, FeatureSpec]:
+    spec = FeatureSpec.from_dict(state["spec"])
+    model = build_model(ModelConfig(**state["model_config"]), spec.input_shape, spec.num_classes)
+    model.load_state_dict(state["model"])
+    model.eval()
+    return model, spec
+
+
+def serving_model(state: dict[str, Any]) -> NormalizedClassifier:
+    """Raw features in, logits out: what MLflow serves."""
+    model, spec = model_from_state(state)
+    return NormalizedClassifier(model, spec.mean, spec.std).eval()
+
+
+class _BatchPredictor:
+    """A Ray Data actor: builds the model once, then scores batches.
+
+    Processed batches (numpy: features, label) get predictions and per-row loss; raw batches
+    (pandas, the training table's columns) are transformed with the model's own feature spec and
+    returned whole with the predicted label and its confidence appended.
+    """
+
+    def __init__(self, state: dict[str, Any], raw_input: bool = False):
+        torch.set_num_threads(1)
+        self.model, self.spec = model_from_state(state)
+        self.raw_input = raw_input
+
+    @torch.no_grad()
+    def _score(self, features: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.model(torch.as_tensor(np.asarray(features, dtype=np.float32)))
+        return logits, torch.softmax(logits, dim=1)
+
+    def __call__(self, batch):
+        if self.raw_input:
+            from training.data import transform_batch
+
+            features = transform_batch(batch, self.spec, with_labels=False)[FEATURES]
+            _, probs = self._score(features)
+            classes = np.asarray(self.spec.classes, dtype=object)
+            out = batch.copy()
+            out[PREDICTION] = classes[probs.argmax(dim=1).numpy()]
+            out[CONFIDENCE] = probs.max(dim=1).values.numpy()
+            return out
+        logits, probs = self._score(batch[FEATURES])
+        labels = torch.as_tensor(batch[LABEL], dtype=torch.int64)
+        loss = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
+        return {PREDICTION: probs.argmax(dim=1).numpy(), LABEL: batch[LABEL], "loss": loss.numpy()}
+
+
+def evaluate_state(state: dict[str, Any], manifest: Manifest, split: str = "test") -> EvalResult:
+    """Score one split with Ray Data batch inference; metrics from the confusion matrix."""
+    from training.data import read_split
+
+    spec = FeatureSpec.from_dict(state["spec"])
+    if spec.classes != manifest.spec.classes:
+        raise DataValidationError(
+            f"the model knows classes {spec.classes} but the data has {manifest.spec.classes}; "
+            "evaluate on data with the same label column and classes"
+        )
+    scored = read_split(manifest, split).map_batches(
+        _BatchPredictor,
+        fn_constructor_kwargs={"state": state},
+        batch_size=512,
+        batch_format="numpy",
+        concurrency=1,
+    )
+    n = spec.num_classes
+    confusion = np.zeros((n, n), dtype=np.int64)
+    loss_sum = 0.0
+    # Stream the scored rows: only the n x n matrix and a sum stay in memory.
+    for batch in scored.iter_batches(batch_size=4096, batch_format="numpy"):
+        np.add.at(confusion, (batch[LABEL].astype(np.int64), batch[PREDICTION]), 1)
+        loss_sum += float(batch["loss"].sum())
+    return metrics_from_confusion(confusion, loss_sum, [str(c) for c in spec.classes])
+
+
+def metrics_from_confusion(
+    confusion: np.ndarray, loss_sum: float, class_names: list[str]
+) -> EvalResult:
+    rows = int(confusion.sum())
+    if rows == 0:
+        raise DataValidationError("the evaluation split is empty; use more data or a larger split")
+    true_pos = np.diag(confusion).astype(np.float64)
+    predicted = confusion.sum(axis=0).astype(np.float64)
+    support = confusion.sum(axis=1).astype(np.float64)
+    precision = np.divide(true_pos, predicted, out=np.zeros_like(true_pos), where=predicted > 0)
+    recall = np.divide(true_pos, support, out=np.zeros_like(true_pos), where=support > 0)
+    denom = precision + recall
+    f1 = np.divide(2 * precision * recall, denom, out=np.zeros_like(denom), where=denom > 0)
+    per_class = [
+        {
+            "class": name,
+            "precision": float(precision[i]),
+            "recall": float(recall[i]),
+            "f1": float(f1[i]),
+            "support": int(support[i]),
+        }
+        for i, name in enumerate(class_names)
+    ]
+    present = support > 0
+    metrics = {
+        "test_accuracy": float(true_pos.sum() / rows),
+        "test_macro_f1": float(f1[present].mean()) if present.any() else 0.0,
+        "test_loss": loss_sum / rows,
+        "test_rows": float(rows),
+    }
+    return EvalResult(metrics, per_class, confusion.tolist(), class_names)
+
+
+def predict_files(
+    state: dict[str, Any], files: list[str], output: str, fmt: str = "parquet"
+) -> int:
+    """Score raw rows (same columns as training); write inputs + prediction, whole or nothing."""
+    import pyarrow.parquet as pq
+    import ray.data
+
+    reader = ray.data.read_csv if fmt == "csv" else ray.data.read_parquet
+    scored = reader(files).map_batches(
+        _BatchPredictor,
+        fn_constructor_kwargs={"state": state, "raw_input": True},
+        batch_size=1024,
+        batch_format="pandas",
+        concurrency=1,
+    )
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    tmp = f"{output}.tmp-{uuid.uuid4().hex[:8]}"
+    writer = None
+    rows = 0
+    try:
+        for table in scored.iter_batches(batch_size=4096, batch_format="pyarrow"):
+            writer = writer or pq.ParquetWriter(tmp, table.schema)
+            writer.write_table(table)
+            rows += table.num_rows
+        if writer is None:
+            raise DataValidationError(f"{files} hold no rows; nothing to predict")
+        writer.close()
+        os.replace(tmp, output)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return rows

@@ -1,0 +1,284 @@
+"""The training loop, written once; run by Tune trials and by Ray Train workers alike.
+
+Where Ray Train and Ray Tune differ (data shards, rank, reporting, checkpoints), a small context
+object hides it: ``TrainContext`` for TorchTrainer workers, ``TuneContext`` for function trials.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from training.config import PipelineConfig, validate_config
+from training.errors import TrainingDivergedError
+from training.manifest import FEATURES, LABEL, FeatureSpec
+from training.model import build_model
+
+STATE_FILE = "state.pt"
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class LoopContext(Protocol):
+    """What the loop needs from whoever runs it."""
+
+    world_size: int
+    rank: int
+
+    def train_batches(self, epoch: int, batch_size: int) -> Iterator[Batch]: ...
+    def val_batches(self, batch_size: int) -> Iterator[Batch]: ...
+    def prepare_model(self, model: nn.Module) -> nn.Module: ...
+    def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor: ...
+    def latest_state(self) -> dict[str, Any] | None: ...
+    def report(self, metrics: dict[str, float], state: dict[str, Any] | None) -> None: ...
+
+
+def loop_config(config: PipelineConfig, spec: FeatureSpec, max_epochs: int) -> dict[str, Any]:
+    """The plain-data argument every worker/trial receives (picklable, JSON-able)."""
+    return {
+        "pipeline": config.model_dump(mode="json"),
+        "spec": spec.to_dict(),
+        "max_epochs": max_epochs,
+    }
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
+
+
+def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float]]:
+    """Train for ``max_epochs``, reporting once per epoch; resume from the context's state.
+
+    Returns the full per-epoch history (also kept in every checkpoint so it survives restarts).
+    """
+    config = validate_config(settings["pipeline"])
+    spec = FeatureSpec.from_dict(settings["spec"])
+    max_epochs = int(settings["max_epochs"])
+    train_cfg = config.train
+    seed_everything(train_cfg.seed + ctx.rank)
+
+    model = build_model(config.model, spec.input_shape, spec.num_classes)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay
+    )
+    scheduler = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_epochs)
+        if train_cfg.lr_schedule == "cosine"
+        else torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    )
+    history: list[dict[str, float]] = []
+    start_epoch = 0
+    state = ctx.latest_state()
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start_epoch = int(state["epoch"])
+        history = list(state["history"])
+
+    model = ctx.prepare_model(model)
+    # The global batch is split across workers so results do not depend on the worker count.
+    per_worker_batch = max(1, train_cfg.batch_size // ctx.world_size)
+    loss_fn = nn.CrossEntropyLoss(reduction="sum")
+
+    for epoch in range(start_epoch, max_epochs):
+        torch.manual_seed(_epoch_seed(train_cfg.seed, epoch, ctx.rank))
+        train_loss = _train_epoch(model, optimizer, loss_fn, ctx, epoch, per_worker_batch)
+        val_loss, val_accuracy = _validate(model, loss_fn, ctx, per_worker_batch)
+        if not math.isfinite(train_loss) or not math.isfinite(val_loss):
+            raise TrainingDivergedError(
+                f"training diverged at epoch {epoch + 1}: train_loss={train_loss}, "
+                f"val_loss={val_loss} (lr={train_cfg.lr:g}); lower train.lr or the sweep's "
+                "train.lr range"
+            )
+        metrics = {
+            "epoch": epoch + 1,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "val_accuracy": val_accuracy,
+            "lr": optimizer.param_groups[0]["lr"],
+        }
+        scheduler.step()
+        history.append(metrics)
+        new_state = None
+        if ctx.rank == 0:
+            new_state = {
+                "model": _unwrap(model).state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "epoch": epoch + 1,
+                "history": history,
+                "spec": spec.to_dict(),
+                "model_config": config.model.model_dump(mode="json"),
+                "metrics": metrics,
+            }
+        ctx.report(metrics, new_state)
+    return history
+
+
+def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """Each epoch draws dropout masks and order from a seed of its own: resumes replay exactly."""
+    return seed * 1_000_003 + epoch * 1_009 + rank
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return model.module if hasattr(model, "module") else model
+
+
+def _train_epoch(model, optimizer, loss_fn, ctx: LoopContext, epoch: int, batch_size: int) -> float:
+    model.train()
+    totals = torch.zeros(2, dtype=torch.float64)  # loss sum, rows
+    for features, labels in ctx.train_batches(epoch, batch_size):
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = loss_fn(model(features), labels)
+        (loss_sum / len(labels)).backward()
+        optimizer.step()
+        totals += torch.tensor([loss_sum.item(), len(labels)], dtype=torch.float64)
+    totals = ctx.all_reduce_sum(totals)
+    return float(totals[0] / max(totals[1].item(), 1.0))
+
+
+@torch.no_grad()
+def _validate(model, loss_fn, ctx: LoopContext, batch_size: int) -> tuple[float, float]:
+    model.eval()
+    totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, rows
+    for features, labels in ctx.val_batches(batch_size):
+        logits = model(features)
+        correct = (logits.argmax(dim=1) == labels).sum().item()
+        totals += torch.tensor(
+            [loss_fn(logits, labels).item(), correct, len(labels)], dtype=torch.float64
+        )
+    # All-reduce so every rank (and rank 0's report that Tune sees) has the global metrics.
+    totals = ctx.all_reduce_sum(totals)
+    rows = max(totals[2].item(), 1.0)
+    return float(totals[0] / rows), float(totals[1] / rows)
+
+
+def save_state(state: dict[str, Any], directory: str) -> str:
+    path = os.path.join(directory, STATE_FILE)
+    torch.save(state, path)
+    return path
+
+
+def load_state(directory: str) -> dict[str, Any]:
+    """Load a checkpoint's state; ``weights_only=True`` refuses pickles that would run code."""
+    return torch.load(os.path.join(directory, STATE_FILE), map_location="cpu", weights_only=True)
+
+
+def _report_with_checkpoint(report_fn, metrics: dict[str, float], state: dict | None) -> None:
+    from ray.train import Checkpoint
+
+    if state is None:
+        report_fn(metrics)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        save_state(state, tmp)
+        report_fn(metrics, checkpoint=Checkpoint.from_directory(tmp))
+
+
+class TrainContext:
+    """Inside a Ray Train worker: Ray Data shards, DDP, ``ray.train.report``."""
+
+    def __init__(self, seed: int) -> None:
+        import ray.train
+
+        self._train = ray.train
+        self._seed = seed
+        context = ray.train.get_context()
+        self.world_size = context.get_world_size()
+        self.rank = context.get_world_rank()
+        self._shards = {
+            "train": ray.train.get_dataset_shard("train"),
+            "val": ray.train.get_dataset_shard("val"),
+        }
+
+    def _batches(self, split: str, batch_size: int, seed: int | None) -> Iterator[Batch]:
+        shuffle = {"local_shuffle_buffer_size": 4 * batch_size, "local_shuffle_seed": seed}
+        for batch in self._shards[split].iter_torch_batches(
+            batch_size=batch_size,
+            dtypes={FEATURES: torch.float32, LABEL: torch.int64},
+            **(shuffle if seed is not None else {}),
+        ):
+            yield batch[FEATURES], batch[LABEL]
+
+    def train_batches(self, epoch: int, batch_size: int) -> Iterator[Batch]:
+        return self._batches("train", batch_size, seed=_epoch_seed(self._seed, epoch, self.rank))
+
+    def val_batches(self, batch_size: int) -> Iterator[Batch]:
+        return self._batches("val", batch_size, seed=None)
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        import ray.train.torch
+
+        return ray.train.torch.prepare_model(model)
+
+    def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        if self.world_size > 1:
+            values = values.clone()
+            torch.distributed.all_reduce(values)
+        return values
+
+    def latest_state(self) -> dict[str, Any] | None:
+        checkpoint = self._train.get_checkpoint()
+        if checkpoint is None:
+            return None
+        with checkpoint.as_directory() as directory:
+            return load_state(directory)
+
+    def report(self, metrics: dict[str, float], state: dict[str, Any] | None) -> None:
+        _report_with_checkpoint(self._train.report, metrics, state)
+
+
+class TuneContext:
+    """Inside a plain Tune function trial: one process, in-memory splits, ``ray.tune.report``."""
+
+    world_size = 1
+    rank = 0
+
+    def __init__(self, train: Batch, val: Batch, seed: int) -> None:
+        import ray.tune
+
+        self._tune = ray.tune
+        self._train, self._val, self._seed = train, val, seed
+
+    def train_batches(self, epoch: int, batch_size: int) -> Iterator[Batch]:
+        features, labels = self._train
+        generator = torch.Generator().manual_seed(_epoch_seed(self._seed, epoch, 0))
+        order = torch.randperm(len(labels), generator=generator)
+        for start in range(0, len(order), batch_size):
+            index = order[start : start + batch_size]
+            yield features[index], labels[index]
+
+    def val_batches(self, batch_size: int) -> Iterator[Batch]:
+        features, labels = self._val
+        for start in range(0, len(labels), batch_size):
+            yield features[start : start + batch_size], labels[start : start + batch_size]
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        return values
+
+    def latest_state(self) -> dict[str, Any] | None:
+        checkpoint = self._tune.get_checkpoint()
+        if checkpoint is None:
+            return None
+        with checkpoint.as_directory() as directory:
+            return load_state(directory)
+
+    def report(self, metrics: dict[str, float], state: dict[str, Any] | None) -> None:
+        _report_with_checkpoint(self._tune.report, metrics, state)
+
+
+def train_worker(settings: dict[str, Any]) -> list[dict[str, float]]:
+    """``train_loop_per_worker`` of the TorchTrainer."""
+    return run_loop(settings, TrainContext(seed=settings["pipeline"]["train"]["seed"]))

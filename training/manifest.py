@@ -1,0 +1,71 @@
+"""What preprocessing produced: the feature spec every later stage needs, and the manifest.
+
+Both are plain JSON-able dataclasses: they travel in checkpoints (loaded with weights_only=True),
+MLflow artifacts and Prefect results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SPLITS = ("train", "val", "test")
+
+# Column names of the processed parquet files.
+FEATURES = "features"
+LABEL = "label"
+SAMPLE_ID = "sample_id"
+
+
+@dataclass
+class FeatureSpec:
+    """How raw rows become model inputs, and how model outputs become labels."""
+
+    label_column: str
+    classes: list[Any]  # original label values; index i is class i
+    input_shape: list[int]  # [n_features] or [C, H, W]
+    mean: list[float]  # per flattened input position, fitted on train only
+    std: list[float]
+    feature_columns: list[str] | None = None
+    image_column: str | None = None
+
+    @property
+    def num_features(self) -> int:
+        return math.prod(self.input_shape)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> FeatureSpec:
+        return cls(**raw)
+
+
+@dataclass
+class Manifest:
+    """The completion marker of a preprocessing output: written last, atomically."""
+
+    fingerprint: str
+    source: str
+    data_dir: str
+    split_uris: dict[str, str]
+    rows: dict[str, int]
+    class_counts: dict[str, dict[str, int]]
+    spec: FeatureSpec
+    preprocessing: dict[str, Any] = field(default_factory=dict)
+    input_files: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        raw = json.loads(text)
+        raw["spec"] = FeatureSpec.from_dict(raw["spec"])
+        return cls(**raw)

@@ -1,0 +1,87 @@
+"""The models, nothing else: an MLP for feature vectors and a small CNN for images."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from training.config import ModelConfig
+
+
+class MLP(nn.Module):
+    def __init__(
+        self, num_features: int, num_classes: int, hidden_sizes: list[int], dropout: float
+    ):
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = num_features
+        for hidden in hidden_sizes:
+            layers += [nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(dropout)]
+            width = hidden
+        layers.append(nn.Linear(width, num_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.flatten(1))
+
+
+class CNN(nn.Module):
+    """Conv blocks (3x3 conv, ReLU, 2x2 max-pool while the image is large enough), then dense."""
+
+    def __init__(
+        self,
+        input_shape: list[int],
+        num_classes: int,
+        channels: list[int],
+        hidden: int,
+        dropout: float,
+    ):
+        super().__init__()
+        self.input_shape = tuple(input_shape)
+        in_ch, height, width = input_shape
+        blocks: list[nn.Module] = []
+        for out_ch in channels:
+            blocks += [nn.Conv2d(in_ch, out_ch, kernel_size=3, padding=1), nn.ReLU()]
+            if min(height, width) >= 4:
+                blocks.append(nn.MaxPool2d(2))
+                height, width = height // 2, width // 2
+            in_ch = out_ch
+        self.features = nn.Sequential(*blocks)
+        self.head = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(in_ch * height * width, hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x.reshape(-1, *self.input_shape)))
+
+
+def build_model(cfg: ModelConfig, input_shape: list[int], num_classes: int) -> nn.Module:
+    """The network for a model config and a feature spec's shape and class count."""
+    if cfg.kind == "cnn":
+        if len(input_shape) != 3:
+            raise ValueError(f"model.kind=cnn needs an image shape [C, H, W], got {input_shape}")
+        return CNN(input_shape, num_classes, cfg.channels, cfg.cnn_hidden, cfg.dropout)
+    return MLP(math.prod(input_shape), num_classes, cfg.hidden_sizes, cfg.dropout)
+
+
+class NormalizedClassifier(nn.Module):
+    """Raw features in, logits out: the train-split normalisation travels with the model.
+
+    This is what gets logged to MLflow, so that serving needs no separate preprocessing.
+    """
+
+    def __init__(self, model: nn.Module, mean: list[float], std: list[float]):
+        super().__init__()
+        self.model = model
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
+        safe_std = [s if s > 0 else 1.0 for s in std]
+        self.register_buffer("std", torch.tensor(safe_std, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model((x.flatten(1) - self.mean) / self.std)

@@ -1,0 +1,132 @@
+"""The one place that turns config into locations and filesystems (local paths or s3://).
+
+Layout under the storage root::
+
+    data/<fingerprint>/split=train|val|test/*.parquet + manifest.json   (shared by runs; cached)
+    runs/<run_id>/sweep/...                                            (Tune state)
+    runs/<run_id>/train/...                                            (Ray Train checkpoints)
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from training.errors import StorageError
+
+HOME_ENV = "TRAINFLOW_HOME"
+
+
+def trainflow_home() -> Path:
+    """The home for checkpoints, sqlite and processed data: $TRAINFLOW_HOME or ./.trainflow."""
+    return Path(os.environ.get(HOME_ENV) or ".trainflow").expanduser().resolve()
+
+
+def default_tracking_uri() -> str:
+    return f"sqlite:///{trainflow_home() / 'mlflow.db'}"
+
+
+def default_artifact_root() -> str:
+    return (trainflow_home() / "mlartifacts").as_uri()
+
+
+def is_remote(uri: str) -> bool:
+    return "://" in uri and not uri.startswith("file://")
+
+
+def filesystem(uri: str, endpoint_url: str | None = None) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and the path inside it for a local path or s3:// URI.
+
+    Credentials come only from the environment or an AWS profile, never from config.
+    """
+    if uri.startswith("s3://"):
+        endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+        kwargs = {}
+        if endpoint:
+            scheme, _, host = endpoint.partition("://")
+            kwargs = {"endpoint_override": host or scheme, "scheme": scheme if host else "https"}
+        fs = pafs.S3FileSystem(**kwargs)
+        return fs, uri.removeprefix("s3://").rstrip("/")
+    if uri.startswith("file://"):
+        uri = uri.removeprefix("file://")
+    return pafs.LocalFileSystem(), os.path.abspath(uri)
+
+
+def join(uri: str, *parts: str) -> str:
+    if is_remote(uri):
+        return posixpath.join(uri, *parts)
+    return os.path.join(uri, *parts)
+
+
+@dataclass(frozen=True)
+class StorageLayout:
+    """Where one pipeline's outputs go."""
+
+    root: str
+    endpoint_url: str | None = None
+
+    @classmethod
+    def from_config(cls, storage) -> StorageLayout:
+        root = storage.root or str(trainflow_home() / "storage")
+        return cls(root=root.rstrip("/"), endpoint_url=storage.endpoint_url)
+
+    def data_dir(self, fingerprint: str) -> str:
+        return join(self.root, "data", fingerprint)
+
+    def runs_dir(self, run_id: str) -> str:
+        return join(self.root, "runs", run_id)
+
+    def fs(self) -> tuple[pafs.FileSystem, str]:
+        return filesystem(self.root, self.endpoint_url)
+
+    def ray_storage(self, run_id: str) -> tuple[str, pafs.FileSystem | None]:
+        """(storage_path, storage_filesystem) for Ray Train/Tune RunConfig."""
+        uri = self.runs_dir(run_id)
+        if not is_remote(uri):
+            return uri, None
+        fs, path = filesystem(uri, self.endpoint_url)
+        return path, fs
+
+
+def exists(uri: str, endpoint_url: str | None = None) -> bool:
+    fs, path = filesystem(uri, endpoint_url)
+    try:
+        return fs.get_file_info(path).type != pafs.FileType.NotFound
+    except OSError as exc:
+        raise StorageError(
+            f"cannot reach {uri}: {exc}; check the path or storage.endpoint_url"
+        ) from None
+
+
+def read_text(uri: str, endpoint_url: str | None = None) -> str:
+    fs, path = filesystem(uri, endpoint_url)
+    with fs.open_input_stream(path) as stream:
+        return stream.read().decode()
+
+
+def write_text_atomic(uri: str, text: str, endpoint_url: str | None = None) -> None:
+    """Write a whole file or nothing: a temporary name first, then a rename.
+
+    On S3 a single PUT is already atomic, so the object is written directly.
+    """
+    fs, path = filesystem(uri, endpoint_url)
+    fs.create_dir(posixpath.dirname(path) if is_remote(uri) else os.path.dirname(path))
+    if is_remote(uri):
+        with fs.open_output_stream(path) as out:
+            out.write(text.encode())
+        return
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with fs.open_output_stream(tmp) as out:
+        out.write(text.encode())
+    os.replace(tmp, path)
+
+
+def delete_dir(uri: str, endpoint_url: str | None = None) -> None:
+    fs, path = filesystem(uri, endpoint_url)
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        fs.delete_dir(path)

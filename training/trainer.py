@@ -1,0 +1,116 @@
+"""The one place a TorchTrainer is built, and the final training run."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from training.config import PipelineConfig
+from training.errors import TrainflowError
+from training.loop import loop_config, train_worker
+from training.manifest import Manifest
+from training.storage import StorageLayout
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainOutcome:
+    """What the final training left: the best checkpoint and the per-epoch history."""
+
+    checkpoint_path: str
+    checkpoint_metrics: dict[str, Any]
+    history: list[dict[str, float]]
+    run_path: str
+
+
+def build_trainer(
+    config: PipelineConfig,
+    manifest: Manifest,
+    *,
+    name: str,
+    storage_path: str,
+    storage_filesystem=None,
+    max_epochs: int | None = None,
+    num_workers: int | tuple[int, int] | None = None,
+    callbacks: list | None = None,
+):
+    """A TorchTrainer from config: scaling, run, checkpoint and failure settings in one place."""
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from training.data import read_split
+
+    train = config.train
+    workers = num_workers if num_workers is not None else train.num_workers
+    return TorchTrainer(
+        train_worker,
+        train_loop_config=loop_config(config, manifest.spec, max_epochs or train.max_epochs),
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=workers,
+            use_gpu=train.use_gpu,
+            resources_per_worker=dict(train.resources_per_worker),
+            placement_strategy=train.placement_strategy,
+        ),
+        torch_config=TorchConfig(backend=train.backend, timeout_s=train.timeout_s),
+        datasets={"train": read_split(manifest, "train"), "val": read_split(manifest, "val")},
+        run_config=ray.train.RunConfig(
+            # A deterministic name under the run's storage: a re-run with the same run id resumes.
+            name=name,
+            storage_path=storage_path,
+            storage_filesystem=storage_filesystem,
+            checkpoint_config=ray.train.CheckpointConfig(
+                num_to_keep=train.checkpoint.num_to_keep,
+                checkpoint_score_attribute=train.checkpoint.score_attribute,
+                checkpoint_score_order=train.checkpoint.score_order,
+            ),
+            failure_config=ray.train.FailureConfig(max_failures=train.max_failures),
+            callbacks=callbacks or [],
+        ),
+    )
+
+
+def train_final(
+    config: PipelineConfig, manifest: Manifest, run_id: str, layout: StorageLayout
+) -> TrainOutcome:
+    """DDP training with the chosen hyperparameters; returns the best checkpoint."""
+    storage_path, storage_fs = layout.ray_storage(run_id)
+    trainer = build_trainer(
+        config, manifest, name="train", storage_path=storage_path, storage_filesystem=storage_fs
+    )
+    from ray.train import TrainingFailedError
+
+    try:
+        result = trainer.fit()
+    except TrainingFailedError as exc:
+        raise _unwrap_training_error(exc) from exc
+    best = result.get_best_checkpoint(
+        metric=config.train.checkpoint.score_attribute, mode=config.train.checkpoint.score_order
+    )
+    if best is None:
+        raise TrainflowError("training finished without a checkpoint; check the worker logs")
+    best_metrics = next((m for c, m in result.best_checkpoints or [] if c.path == best.path), {})
+    history = result.return_value or []
+    return TrainOutcome(
+        checkpoint_path=best.path,
+        checkpoint_metrics=dict(best_metrics),
+        history=list(history),
+        run_path=result.path,
+    )
+
+
+def _unwrap_training_error(error: BaseException) -> BaseException:
+    """Surface our own errors (divergence, bad data) raised inside a worker, not Ray's wrapper."""
+    seen = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, TrainflowError):
+            return current
+        nested = getattr(current, "worker_failures", None) or {}
+        for failure in nested.values():
+            if isinstance(failure, TrainflowError):
+                return failure
+        current = current.__cause__ or current.__context__
+    return error
