@@ -1,4 +1,197 @@
-"""Placeholder, replaced below."""
-import typer
+"""The ``trainflow`` command line (typer): run, config show, evaluate, predict."""
 
-app = typer.Typer()
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from training.errors import TrainflowError
+
+app = typer.Typer(
+    help="trainflow: Ray Data -> Ray Tune (ASHA) -> Ray Train -> evaluation -> MLflow registry, "
+    "orchestrated by Prefect.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+console = Console(stderr=False)
+errors = Console(stderr=True)
+
+ConfigOption = typer.Option(
+    None, "--config", "-c", help="YAML file of overrides (see configs/default.yaml)."
+)
+SetOption = typer.Option(
+    None, "--set", "-s", help="Override one key, e.g. --set train.lr=0.01 (repeatable)."
+)
+
+
+def _fail(exc: BaseException, code: int = 1) -> None:
+    errors.print(f"[bold red]error:[/] {exc}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _load(config_file: Path | None, overrides: list[str] | None, **extra: Any):
+    from training.config import load_config
+
+    sets = list(overrides or [])
+    sets += [f"{key}={value}" for key, value in extra.items() if value is not None]
+    try:
+        return load_config(config_file, sets)
+    except TrainflowError as exc:
+        _fail(exc, code=2)
+
+
+@app.command()
+def run(
+    config_file: Path | None = ConfigOption,
+    overrides: list[str] | None = SetOption,
+    run_id: str | None = typer.Option(
+        None,
+        "--run-id",
+        help="Name of this run; re-running with the same id resumes its sweep and training.",
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Existing Ray cluster to use instead of a local instance."
+    ),
+    summary_json: Path | None = typer.Option(
+        None, "--summary-json", help="Also write the run summary to this JSON file."
+    ),
+) -> None:
+    """Run the whole pipeline: preprocess, sweep, train, evaluate, promote."""
+    from trainflow.env import prepare_environment
+
+    config = _load(config_file, overrides, **{"ray.address": ray_address})
+    prepare_environment()
+    from flows.pipeline import pipeline
+
+    try:
+        summary = pipeline(config=config, run_id=run_id)
+    except TrainflowError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        errors.print("[bold red]interrupted[/]: MLflow runs were marked KILLED")
+        raise typer.Exit(130) from None
+    print_summary(summary)
+    if summary_json is not None:
+        import json
+
+        summary_json.write_text(json.dumps(summary, indent=2, default=str))
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    from trainflow.render import summary_tables
+
+    for table in summary_tables(summary):
+        console.print(table)
+
+
+@config_app.command("show")
+def config_show(
+    config_file: Path | None = ConfigOption, overrides: list[str] | None = SetOption
+) -> None:
+    """Print the resolved configuration (defaults + file + --set) as YAML."""
+    import yaml
+
+    config = _load(config_file, overrides)
+    console.print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
+
+
+def _model_state(config, model_uri: str) -> dict[str, Any]:
+    from training import tracking
+    from training.evaluate import load_model_state
+
+    local = Path(model_uri)
+    if local.exists():
+        return load_model_state(str(local))
+    return load_model_state(str(tracking.configure(config).model_files(model_uri)))
+
+
+@app.command()
+def evaluate(
+    model: str = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="models:/NAME@ALIAS, models:/NAME/VERSION, or a checkpoint directory.",
+    ),
+    config_file: Path | None = ConfigOption,
+    overrides: list[str] | None = SetOption,
+    split: str = typer.Option("test", help="Split to score: train, val or test."),
+) -> None:
+    """Score a model on a split of the configured data (preprocessing reused when cached)."""
+    from trainflow.env import prepare_environment
+
+    config = _load(config_file, overrides)
+    prepare_environment()
+    from training import cluster, data
+    from training.evaluate import evaluate_state
+    from training.storage import StorageLayout
+
+    try:
+        state = _model_state(config, model)
+        cluster.connect(config.ray)
+        files = data.resolve_inputs(config.data)
+        manifest = data.preprocess(
+            config, StorageLayout.from_config(config), data.fingerprint(config.data, files), files
+        )
+        result = evaluate_state(state, manifest, split)
+    except TrainflowError as exc:
+        _fail(exc)
+    finally:
+        cluster.shutdown()
+    table = Table(title=f"{model} on {split} ({int(result.metrics['test_rows'])} rows)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in result.metrics.items():
+        table.add_row(key.replace("test_", f"{split}_"), f"{value:.4f}")
+    console.print(table)
+
+
+@app.command()
+def predict(
+    model: str = typer.Option(
+        ..., "--model", "-m", help="models:/NAME@ALIAS, models:/NAME/VERSION, or a checkpoint."
+    ),
+    input_path: Path = typer.Option(
+        ..., "--input", "-i", help="Parquet or CSV file/directory with the training's columns."
+    ),
+    output: Path = typer.Option(..., "--output", "-o", help="Parquet file to write."),
+    config_file: Path | None = ConfigOption,
+    overrides: list[str] | None = SetOption,
+) -> None:
+    """Predict labels for new rows; writes the input columns plus prediction and confidence."""
+    from trainflow.env import prepare_environment
+
+    config = _load(config_file, overrides)
+    prepare_environment()
+    from training import cluster, data
+    from training.config import DataConfig
+    from training.evaluate import predict_files
+
+    try:
+        state = _model_state(config, model)
+        source = DataConfig(source=str(input_path.resolve()), label_column="__none__")
+        files = data.resolve_inputs(source)
+        fmt = "csv" if files[0].endswith(".csv") else "parquet"
+        cluster.connect(config.ray)
+        rows = predict_files(state, files, str(output), fmt=fmt)
+    except TrainflowError as exc:
+        _fail(exc)
+    finally:
+        cluster.shutdown()
+    console.print(f"wrote {rows} predictions to {output}")
+
+
+def main() -> None:  # pragma: no cover - `python -m trainflow`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -207,13 +207,15 @@ class SearchDomain(_Section):
     def kind(self) -> str:
         return next(k for k in _DOMAIN_KINDS if getattr(self, k) is not None)
 
-    def bounds(self) -> list[Any]:
-        """Values at the edges of the domain, to check them against the config schema."""
+    def probe_values(self) -> list[Any]:
+        """Values the domain can produce, to check against the config schema: the edges, and for
+        continuous domains an interior non-integer point (a uniform range on an int key fails)."""
         if self.choice is not None:
             return list(self.choice)
         if self.randint is not None:
             return [self.randint[0], self.randint[1] - 1]
-        return list(getattr(self, self.kind))
+        low, high = getattr(self, self.kind)
+        return [low, high, low + (high - low) * 0.37]
 
 
 def _default_search_space() -> dict[str, SearchDomain]:
@@ -354,8 +356,13 @@ class PipelineConfig(_Section):
         return validate_config(raw)
 
     def flat(self) -> dict[str, Any]:
-        """Dotted key -> value, for MLflow params."""
-        return flatten(self.model_dump(mode="json"))
+        """Dotted key -> value, for MLflow params (search-space entries without empty slots)."""
+        raw = self.model_dump(mode="json")
+        raw["sweep"]["search_space"] = {
+            key: domain.model_dump(mode="json", exclude_none=True)
+            for key, domain in self.sweep.search_space.items()
+        }
+        return flatten(raw)
 
 
 def _check_search_key(config: PipelineConfig, key: str, domain: SearchDomain) -> None:
@@ -369,7 +376,7 @@ def _check_search_key(config: PipelineConfig, key: str, domain: SearchDomain) ->
             f"sweep.search_space key {key!r} is not a config key; use dotted paths such as "
             "train.lr or model.dropout"
         ) from None
-    for value in domain.bounds():
+    for value in domain.probe_values():
         trial = copy.deepcopy(raw)
         trial["sweep"]["search_space"] = {}
         _set_dotted(trial, key, value)
@@ -402,8 +409,18 @@ def _get_dotted(tree: dict[str, Any], key: str) -> Any:
     return node
 
 
+_SEARCH_SPACE = "sweep.search_space."
+
+
+def _split_key(key: str) -> list[str]:
+    """Dotted path -> parts; a search-space entry's own key (e.g. train.lr) stays whole."""
+    if key.startswith(_SEARCH_SPACE) and len(key) > len(_SEARCH_SPACE):
+        return ["sweep", "search_space", key[len(_SEARCH_SPACE) :]]
+    return key.split(".")
+
+
 def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
+    parts = _split_key(key)
     node = tree
     for part in parts[:-1]:
         child = node.get(part)

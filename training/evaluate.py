@@ -64,10 +64,15 @@ class _BatchPredictor:
     returned whole with the predicted label and its confidence appended.
     """
 
-    def __init__(self, state: dict[str, Any], raw_input: bool = False):
+    def __init__(
+        self, state: dict[str, Any], raw_input: bool = False, data_spec: dict | None = None
+    ):
         torch.set_num_threads(1)
         self.model, self.spec = model_from_state(state)
         self.raw_input = raw_input
+        self.rescale = (
+            _rescaling(FeatureSpec.from_dict(data_spec), self.spec) if data_spec else None
+        )
 
     @torch.no_grad()
     def _score(self, features: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,10 +90,27 @@ class _BatchPredictor:
             out[PREDICTION] = classes[probs.argmax(dim=1).numpy()]
             out[CONFIDENCE] = probs.max(dim=1).values.numpy()
             return out
-        logits, probs = self._score(batch[FEATURES])
+        features = np.asarray(batch[FEATURES], dtype=np.float32)
+        if self.rescale is not None:
+            scale, shift = self.rescale
+            features = features * scale + shift
+        logits, probs = self._score(features)
         labels = torch.as_tensor(batch[LABEL], dtype=torch.int64)
         loss = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
         return {PREDICTION: probs.argmax(dim=1).numpy(), LABEL: batch[LABEL], "loss": loss.numpy()}
+
+
+def _rescaling(data_spec: FeatureSpec, model_spec: FeatureSpec):
+    """Map features normalised with the data's statistics onto the model's, if they differ."""
+    data_mean, data_std = np.asarray(data_spec.mean), np.asarray(data_spec.std)
+    model_mean, model_std = np.asarray(model_spec.mean), np.asarray(model_spec.std)
+    if np.allclose(data_mean, model_mean) and np.allclose(data_std, model_std):
+        return None
+    model_std = np.where(model_std > 0, model_std, 1.0)
+    data_std = np.where(data_std > 0, data_std, 1.0)
+    scale = (data_std / model_std).astype(np.float32)
+    shift = ((data_mean - model_mean) / model_std).astype(np.float32)
+    return scale, shift
 
 
 def evaluate_state(state: dict[str, Any], manifest: Manifest, split: str = "test") -> EvalResult:
@@ -103,7 +125,7 @@ def evaluate_state(state: dict[str, Any], manifest: Manifest, split: str = "test
         )
     scored = read_split(manifest, split).map_batches(
         _BatchPredictor,
-        fn_constructor_kwargs={"state": state},
+        fn_constructor_kwargs={"state": state, "data_spec": manifest.spec.to_dict()},
         batch_size=512,
         batch_format="numpy",
         concurrency=1,

@@ -6,9 +6,18 @@ matplotlib is imported inside each function, so importing this module costs noth
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Sequence
 from typing import Any
+
+
+def _is_number(value: Any) -> bool:
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
 
 
 def _pyplot():
@@ -68,21 +77,21 @@ def learning_curves_png(
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     right = None
-    for metric in metrics:
+    for k, metric in enumerate(metrics):
         points = [
             (row.get(step_key, i), float(row[metric]))
             for i, row in enumerate(history)
-            if isinstance(row.get(metric), int | float) and math.isfinite(row[metric])
+            if _is_number(row.get(metric))
         ]
         if not points:
             continue
         xs, ys = zip(*points, strict=True)
         if "acc" in metric:
             right = right or ax.twinx()
-            right.plot(xs, ys, marker="o", linestyle="--", label=metric, color="tab:green")
+            right.plot(xs, ys, marker="o", linestyle="--", label=metric, color=f"C{k}")
             right.set_ylabel("accuracy")
         else:
-            ax.plot(xs, ys, marker="o", label=metric)
+            ax.plot(xs, ys, marker="o", label=metric, color=f"C{k}")
     ax.set_xlabel(step_key)
     ax.set_ylabel("loss")
     ax.set_title("learning curves")

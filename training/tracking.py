@@ -7,7 +7,7 @@ and opens a short ``with mlflow.start_run(run_id=...)`` around it.
 
 Run tree of one pipeline run (``<run_id>`` is the flow's run id)::
 
-    pipeline-<run_id>                 tags trainflow.run_id, trainflow.stage=pipeline; params = config
+    pipeline-<run_id>                 tags trainflow.run_id, trainflow.stage=pipeline; params
       ├── <stage child runs>          tag trainflow.stage (preprocess, sweep, train, evaluate, ...)
       │     └── <one run per trial>   created by the Tune callback under the sweep run
       └── ...
@@ -186,10 +186,14 @@ def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
     netloc = parts.hostname or ""
     if parts.port:
         netloc = f"{netloc}:{parts.port}"
-    health = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", ""))
+    health = urllib.parse.urlunsplit(
+        (parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", "")
+    )
     request = urllib.request.Request(health)
     if parts.username is not None:
-        token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        token = (
+            f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        )
         request.add_header("Authorization", "Basic " + base64.b64encode(token.encode()).decode())
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -226,7 +230,9 @@ def configure(config: PipelineConfig) -> Tracker:
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:
-            experiment_id = client.create_experiment(name, artifact_location=_artifact_location(uri, name))
+            experiment_id = client.create_experiment(
+                name, artifact_location=_artifact_location(uri, name)
+            )
         except MlflowException as exc:  # created meanwhile by another process
             experiment = client.get_experiment_by_name(name)
             if experiment is None:
@@ -307,7 +313,12 @@ class Tracker:
             if tags:
                 self.set_tags(parent, tags)
             return parent
-        all_tags = {**(tags or {}), RUN_ID_TAG: run_id, STAGE_TAG: "pipeline", **_package_versions()}
+        all_tags = {
+            **(tags or {}),
+            RUN_ID_TAG: run_id,
+            STAGE_TAG: "pipeline",
+            **_package_versions(),
+        }
         commit = _git_commit()
         if commit:
             all_tags.update({"git.commit": commit, "mlflow.source.git.commit": commit})
@@ -336,7 +347,9 @@ class Tracker:
         all_tags = {**(tags or {}), PARENT_TAG: parent_id, STAGE_TAG: stage}
         if RUN_ID_TAG in parent_tags:
             all_tags.setdefault(RUN_ID_TAG, parent_tags[RUN_ID_TAG])
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=self._tag_values(all_tags))
+        run = self.client.create_run(
+            self.experiment_id, run_name=name, tags=self._tag_values(all_tags)
+        )
         return run.info.run_id
 
     def find_runs(self, parent_id: str) -> list[Run]:
@@ -364,7 +377,8 @@ class Tracker:
         self.client.set_terminated(run_id, status=status)
 
     def close_unfinished(self, parent_id: str, status: str) -> list[str]:
-        """End every descendant still RUNNING with ``status``, then the parent; returns their ids."""
+        """End every descendant still RUNNING with ``status``, then the parent; returns the ids
+        of the runs it ended."""
         if status not in _TERMINAL:
             raise ValueError(f"status must be one of {sorted(_TERMINAL)}, got {status!r}")
         closed = []
@@ -487,7 +501,11 @@ class Tracker:
         model = copy.deepcopy(model).cpu().eval()
         param = next(model.parameters(), None)
         example = np.asarray(input_example)
-        if param is not None and param.is_floating_point() and np.issubdtype(example.dtype, np.floating):
+        if (
+            param is not None
+            and param.is_floating_point()
+            and np.issubdtype(example.dtype, np.floating)
+        ):
             example = example.astype(torch.empty((), dtype=param.dtype).numpy().dtype)
         with torch.no_grad():
             output = model(torch.from_numpy(example)).numpy()
@@ -496,16 +514,21 @@ class Tracker:
         was_running = self.client.get_run(run_id).info.status == "RUNNING"
         mlflow.set_tracking_uri(self.tracking_uri)  # the fluent API reads the global URI
         mlflow.set_registry_uri(self.tracking_uri)
-        with mlflow.start_run(run_id=run_id):
-            info = mlflow.pytorch.log_model(
-                model,
-                name="model",
-                signature=signature,
-                input_example=example,
-                extra_files=[str(state_path)],
-            )
-        if was_running:  # leaving the `with` ended the run; the caller ends it
-            self.client.update_run(run_id, status="RUNNING")
+        try:
+            with mlflow.start_run(run_id=run_id):
+                info = mlflow.pytorch.log_model(
+                    model,
+                    name="model",
+                    signature=signature,
+                    input_example=example,
+                    extra_files=[str(state_path)],
+                    # Given, not inferred: inference loads the model in a subprocess (~5 s) and
+                    # lists every package the process happens to import.
+                    pip_requirements=_model_requirements(),
+                )
+        finally:
+            if was_running:  # leaving the `with` ended the run; ending it is the caller's job
+                self.client.update_run(run_id, status="RUNNING")
 
         name = self.config.mlflow.registered_model
         version = mlflow.register_model(
@@ -603,11 +626,12 @@ class Tracker:
             )
             flavor = Model.load(local).flavors.get("pytorch", {})
         except (MlflowException, OSError) as exc:
+            reason = (redact(str(exc)).strip().splitlines() or [type(exc).__name__])[0]
             raise ModelNotFoundError(
-                f"model {model_uri!r} was not found in the MLflow store {redact(self.tracking_uri)} "
-                f"({redact(str(exc)).splitlines()[0]}); see the registered models in the MLflow UI "
-                f"(`{self.ui_command()}`) or use models:/{self.config.mlflow.registered_model}"
-                f"@{CHAMPION}"
+                f"model {model_uri!r} was not found in the MLflow store "
+                f"{redact(self.tracking_uri)} ({reason}); see the registered models in the "
+                f"MLflow UI (`{self.ui_command()}`) or use "
+                f"models:/{self.config.mlflow.registered_model}@{CHAMPION}"
             ) from None
         extra = [entry["path"] for entry in flavor.get("extra_files", [])]
         if not extra:
@@ -631,6 +655,18 @@ class Tracker:
             return None
         base = _without_userinfo(self.tracking_uri)
         return f"{base}/#/experiments/{self.experiment_id}/runs/{run_id}"
+
+
+def _model_requirements() -> list[str]:
+    """What loading the model (torch.export's pt2 format through mlflow.pyfunc) needs."""
+    requirements = []
+    for package in ("mlflow", "torch", "numpy"):
+        try:
+            version = importlib.metadata.version(package).split("+")[0]  # drop "+cpu"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        requirements.append(f"{package}=={version}")
+    return requirements
 
 
 def _float_or_none(value: str | None) -> float | None:

@@ -35,8 +35,12 @@ def build_trainer(
     max_epochs: int | None = None,
     num_workers: int | tuple[int, int] | None = None,
     callbacks: list | None = None,
+    train_fn=train_worker,
 ):
-    """A TorchTrainer from config: scaling, run, checkpoint and failure settings in one place."""
+    """A TorchTrainer from config: scaling, run, checkpoint and failure settings in one place.
+
+    ``train_fn`` is the per-worker loop; tests pass a wrapper that injects faults.
+    """
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -45,7 +49,7 @@ def build_trainer(
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
     return TorchTrainer(
-        train_worker,
+        train_fn,
         train_loop_config=loop_config(config, manifest.spec, max_epochs or train.max_epochs),
         scaling_config=ray.train.ScalingConfig(
             num_workers=workers,
@@ -72,12 +76,21 @@ def build_trainer(
 
 
 def train_final(
-    config: PipelineConfig, manifest: Manifest, run_id: str, layout: StorageLayout
+    config: PipelineConfig,
+    manifest: Manifest,
+    run_id: str,
+    layout: StorageLayout,
+    train_fn=train_worker,
 ) -> TrainOutcome:
     """DDP training with the chosen hyperparameters; returns the best checkpoint."""
     storage_path, storage_fs = layout.ray_storage(run_id)
     trainer = build_trainer(
-        config, manifest, name="train", storage_path=storage_path, storage_filesystem=storage_fs
+        config,
+        manifest,
+        name="train",
+        storage_path=storage_path,
+        storage_filesystem=storage_fs,
+        train_fn=train_fn,
     )
     from ray.train import TrainingFailedError
 

@@ -1,0 +1,130 @@
+"""The pipeline flow: stage order, run naming, MLflow run tree, Prefect artifacts."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any
+
+from prefect import flow, get_run_logger, runtime
+from prefect.artifacts import create_markdown_artifact
+
+from flows.summary import summary_markdown
+from tasks import stages
+from training import cluster, tracking
+from training.config import PipelineConfig
+from training.storage import StorageLayout, exists, join
+
+STAGES = ("preprocess", "sweep", "train", "evaluate", "promote")
+
+
+def default_run_id() -> str:
+    """Deterministic per flow run: the Prefect flow-run id, shortened."""
+    flow_run_id = runtime.flow_run.id
+    return str(flow_run_id).replace("-", "")[:12] if flow_run_id else "local"
+
+
+class StageClock:
+    """Wall seconds per stage, for the summary and the benchmarks."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str):
+        logger = get_run_logger()
+        number = STAGES.index(name) + 1 if name in STAGES else 0
+        logger.info("[%d/%d] %s: started", number, len(STAGES), name)
+        start = time.perf_counter()
+        yield
+        self.seconds[name] = round(time.perf_counter() - start, 2)
+        logger.info("[%d/%d] %s: done in %.1f s", number, len(STAGES), name, self.seconds[name])
+
+
+@flow(name="pipeline", log_prints=True)
+def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) -> dict[str, Any]:
+    """Preprocess -> sweep -> train -> evaluate -> promote, each a retriable task."""
+    config = config or PipelineConfig()
+    run_id = run_id or default_run_id()
+    logger = get_run_logger()
+    clock = StageClock()
+    # Reach MLflow (a health check for servers) before Ray or any file is touched.
+    tracker = tracking.configure(config)
+    parent = tracker.start_parent_run(
+        run_id, tags={"prefect.flow_run_id": str(runtime.flow_run.id or "")}
+    )
+    logger.info("run %s: MLflow parent run %s (%s)", run_id, parent, tracker.tracking_uri)
+    try:
+        summary = _run_stages(config, run_id, parent, tracker, clock)
+    except BaseException as exc:
+        # No MLflow run may be left RUNNING: a KeyboardInterrupt/SIGTERM is KILLED, else FAILED.
+        interrupted = isinstance(exc, KeyboardInterrupt | SystemExit)
+        tracker.close_unfinished(parent, "KILLED" if interrupted else "FAILED")
+        raise
+    finally:
+        cluster.shutdown()
+    tracker.end_run(parent, "FINISHED")
+    create_markdown_artifact(
+        summary_markdown(summary), key="trainflow-summary", description=f"trainflow run {run_id}"
+    )
+    return summary
+
+
+def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> dict[str, Any]:
+    layout = StorageLayout.from_config(config)
+    with clock.stage("preprocess"):
+        files, fingerprint = stages.inspect_data(config)
+        manifest_uri = join(layout.data_dir(fingerprint), "manifest.json")
+        # A cached Prefect result is only good while its files exist.
+        refresh = not exists(manifest_uri, config.storage.endpoint_url)
+        state = stages.preprocess.with_options(refresh_cache=refresh or None)(
+            config, fingerprint, files, return_state=True
+        )
+        manifest = state.result()
+        cached = state.name == "Cached"
+        get_run_logger().info(
+            "preprocess: %s (fingerprint %s, rows %s)",
+            "reused cached output, nothing recomputed" if cached else "computed",
+            fingerprint,
+            manifest.rows,
+        )
+        tracker.set_tags(parent, {"data_fingerprint": fingerprint, "preprocess_cached": cached})
+        tracker.log_text(parent, manifest.to_json(), "manifest.json")
+
+    best_config, sweep_outcome = config, None
+    if config.sweep.enabled:
+        with clock.stage("sweep"):
+            sweep_outcome = stages.sweep(config, manifest, run_id, parent)
+            best_config = config.with_overrides(sweep_outcome.best_params)
+    with clock.stage("train"):
+        train_outcome, train_run = stages.train(best_config, manifest, run_id, parent)
+    with clock.stage("evaluate"):
+        eval_result = stages.evaluate(best_config, manifest, train_outcome.checkpoint_path, parent)
+    with clock.stage("promote"):
+        model = stages.promote(best_config, manifest, train_outcome, train_run, eval_result, parent)
+
+    summary = {
+        "run_id": run_id,
+        "data": {
+            "source": manifest.source,
+            "fingerprint": manifest.fingerprint,
+            "rows": manifest.rows,
+            "preprocess_cached": cached,
+        },
+        "sweep": sweep_outcome.to_dict() if sweep_outcome else None,
+        "test_metrics": eval_result.metrics,
+        "mlflow": {
+            "tracking_uri": tracking.redact(tracker.tracking_uri),
+            "experiment": config.mlflow.experiment,
+            "experiment_id": tracker.experiment_id,
+            "parent_run_id": parent,
+            "train_run_id": train_run,
+            "ui_command": tracker.ui_command(),
+        },
+        "model": model,
+        "checkpoint": train_outcome.checkpoint_path,
+        "storage": layout.runs_dir(run_id),
+        "stage_seconds": clock.seconds,
+    }
+    tracker.log_dict(parent, summary, "summary.json")
+    return summary

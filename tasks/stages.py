@@ -1,0 +1,201 @@
+"""One thin Prefect task per stage: retries and caching here, the work in ``training``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.policy import STAGE_TASK_OPTIONS
+from training import cluster, data, report, tracking
+from training.config import PipelineConfig
+from training.evaluate import EvalResult, evaluate_state, serving_model
+from training.manifest import Manifest
+from training.storage import StorageLayout
+from training.sweep import SweepOutcome, run_sweep
+from training.trainer import TrainOutcome, train_final
+
+
+def connect_ray(config: PipelineConfig) -> dict[str, float]:
+    """Idempotent: a retried task finds Ray already running in this process."""
+    resources = cluster.connect(config.ray)
+    cluster.check_can_host(resources, config.train.min_workers, config.train.resources_per_worker)
+    return resources
+
+
+@task(name="inspect-data", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
+def inspect_data(config: PipelineConfig) -> tuple[list[str], str]:
+    """Resolve the input files and fingerprint them with the preprocessing config."""
+    files = data.resolve_inputs(config.data)
+    return files, data.fingerprint(config.data, files)
+
+
+def _preprocess_cache_key(context, parameters: dict[str, Any]) -> str:
+    # Same input bytes + same preprocessing config = same output: reuse it across flow runs.
+    return f"preprocess-{parameters['fingerprint']}"
+
+
+@task(
+    name="preprocess",
+    cache_key_fn=_preprocess_cache_key,
+    persist_result=True,
+    **STAGE_TASK_OPTIONS,
+)
+def preprocess(config: PipelineConfig, fingerprint: str, files: list[str]) -> Manifest:
+    connect_ray(config)
+    return data.preprocess(config, StorageLayout.from_config(config), fingerprint, files)
+
+
+@task(name="sweep", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
+def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: str) -> SweepOutcome:
+    connect_ray(config)
+    tracker = tracking.configure(config)
+    sweep_run = tracker.start_child_run(parent_run, "sweep", stage="sweep")
+    tracker.log_params(
+        sweep_run,
+        {
+            "num_samples": config.sweep.num_samples,
+            "metric": config.sweep.metric,
+            "asha.max_t": config.sweep.asha.max_t,
+            "asha.grace_period": config.sweep.asha.grace_period,
+            "asha.reduction_factor": config.sweep.asha.reduction_factor,
+            "search_space": config.sweep.model_dump(mode="json")["search_space"],
+        },
+    )
+    outcome = run_sweep(
+        config,
+        manifest,
+        run_id,
+        StorageLayout.from_config(config),
+        callbacks=[tracker.tune_callback(sweep_run)],
+    )
+    statuses = [t.status for t in outcome.trials]
+    tracker.log_metrics(
+        sweep_run,
+        {
+            f"best_{outcome.metric}": outcome.best_metric,
+            "trials_run": len(statuses),
+            "trials_completed": statuses.count("completed"),
+            "trials_stopped_early": statuses.count("stopped-early"),
+            "trials_errored": statuses.count("errored"),
+            "epochs_spent": outcome.epochs_spent,
+            "epochs_budget": outcome.epochs_budget,
+        },
+    )
+    tracker.set_tags(
+        sweep_run, {"best_trial_id": outcome.best_trial_id, "best_params": outcome.best_params}
+    )
+    tracker.log_dict(sweep_run, outcome.to_dict(), "sweep_summary.json")
+    tracker.end_run(sweep_run)
+    return outcome
+
+
+@task(name="train", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
+def train(
+    config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: str
+) -> tuple[TrainOutcome, str]:
+    """Final DDP training; returns the outcome and its MLflow run id (the model's source run)."""
+    connect_ray(config)
+    tracker = tracking.configure(config)
+    train_run = tracker.start_child_run(parent_run, "train", stage="train")
+    tracker.log_params(
+        train_run,
+        {k: v for k, v in config.flat().items() if k.startswith(("train.", "model."))},
+    )
+    outcome = train_final(config, manifest, run_id, StorageLayout.from_config(config))
+    tracker.log_history(train_run, outcome.history, step_key="epoch")
+    tracker.set_tags(train_run, {"checkpoint_path": outcome.checkpoint_path})
+    with tempfile.TemporaryDirectory() as tmp:
+        curves = report.learning_curves_png(outcome.history, os.path.join(tmp, "curves.png"))
+        tracker.log_artifact(train_run, curves, "plots")
+    tracker.end_run(train_run)
+    return outcome, train_run
+
+
+def _load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict[str, Any]:
+    from ray.train import Checkpoint
+
+    from training.evaluate import load_model_state
+    from training.storage import filesystem, is_remote
+
+    fs = filesystem(checkpoint_path, config.storage.endpoint_url)[0]
+    checkpoint = Checkpoint(checkpoint_path, filesystem=fs if is_remote(checkpoint_path) else None)
+    with checkpoint.as_directory() as directory:
+        return load_model_state(directory)
+
+
+@task(name="evaluate", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
+def evaluate(
+    config: PipelineConfig, manifest: Manifest, checkpoint_path: str, parent_run: str
+) -> EvalResult:
+    connect_ray(config)
+    tracker = tracking.configure(config)
+    eval_run = tracker.start_child_run(parent_run, "evaluate", stage="evaluate")
+    tracker.set_tags(eval_run, {"checkpoint_path": checkpoint_path})
+    result = evaluate_state(_load_checkpoint_state(config, checkpoint_path), manifest)
+    tracker.log_metrics(eval_run, result.metrics)
+    tracker.log_dict(eval_run, result.per_class, "per_class.json")
+    tracker.log_dict(
+        eval_run, {"classes": result.class_names, "matrix": result.confusion}, "confusion.json"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        png = report.confusion_matrix_png(
+            result.confusion, result.class_names, os.path.join(tmp, "confusion_matrix.png")
+        )
+        tracker.log_artifact(eval_run, png, "plots")
+    tracker.log_metrics(parent_run, result.metrics)
+    tracker.end_run(eval_run)
+    get_run_logger().info(
+        "test accuracy %.4f, macro-F1 %.4f",
+        result.metrics["test_accuracy"],
+        result.metrics["test_macro_f1"],
+    )
+    return result
+
+
+@task(name="promote", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
+def promote(
+    config: PipelineConfig,
+    manifest: Manifest,
+    train_outcome: TrainOutcome,
+    train_run: str,
+    eval_result: EvalResult,
+    parent_run: str,
+) -> dict[str, Any]:
+    """Log the model, register a version, alias challenger; move champion only if it wins."""
+    from training.data import load_split_arrays
+
+    tracker = tracking.configure(config)
+    state = _load_checkpoint_state(config, train_outcome.checkpoint_path)
+    features = load_split_arrays(manifest, "test", config.storage.endpoint_url)[0][:5]
+    spec = manifest.spec
+    # The served model takes raw features, so the example is de-normalised test rows.
+    raw_example = features * [s if s > 0 else 1.0 for s in spec.std] + spec.mean
+    metric = config.mlflow.gate.metric
+    with tempfile.TemporaryDirectory() as tmp:
+        from training.loop import save_state
+
+        state_path = save_state({k: v for k, v in state.items() if k != "optimizer"}, tmp)
+        version = tracker.log_and_register_model(
+            train_run,
+            serving_model(state),
+            raw_example.astype("float32"),
+            state_path,
+            description=(
+                f"{config.model.kind} trained on {manifest.source} "
+                f"(data {manifest.fingerprint}); {metric}={eval_result.metrics[metric]:.4f}"
+            ),
+            tags={
+                "source_run": train_run,
+                "data_fingerprint": manifest.fingerprint,
+                **{k: f"{v:.6g}" for k, v in eval_result.metrics.items()},
+            },
+        )
+    decision = tracker.promote(version["version"], eval_result.metrics[metric])
+    tracker.set_tags(
+        parent_run, {"model_version": version["version"], "gate": decision["decision"]}
+    )
+    return {**version, **decision}

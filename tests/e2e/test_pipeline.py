@@ -1,0 +1,160 @@
+"""The whole pipeline as a user runs it: `trainflow run` in a subprocess, MLflow read back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+TRAINFLOW = [sys.executable, "-m", "trainflow"]
+
+
+def _run(home: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRAINFLOW_HOME": str(home)}
+    for key in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "RAY_ADDRESS", "PREFECT_HOME"):
+        env.pop(key, None)
+    return subprocess.run(
+        [*TRAINFLOW, *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("e2e-home")
+
+
+@pytest.fixture(scope="module")
+def first_run(home):
+    out = home / "summary-1.json"
+    proc = _run(home, "run", "--config", "configs/smoke.yaml", "--summary-json", str(out))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads(out.read_text()), proc
+
+
+@pytest.fixture(scope="module")
+def client(home, first_run):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+
+
+def _children(client, experiment_id: str, parent_id: str):
+    return client.search_runs(
+        [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'"
+    )
+
+
+def test_summary_names_every_stage_and_prints_it(first_run):
+    summary, proc = first_run
+    assert set(summary["stage_seconds"]) == {"preprocess", "sweep", "train", "evaluate", "promote"}
+    assert sum(summary["data"]["rows"].values()) == 1797
+    assert summary["data"]["preprocess_cached"] is False
+    assert summary["test_metrics"]["test_accuracy"] > 0.8
+    assert summary["model"]["decision"] == "first-model"
+    for text in ("test_accuracy", "mlflow ui", summary["mlflow"]["parent_run_id"]):
+        assert text in proc.stdout, text
+
+
+def test_mlflow_run_tree_histories_and_registry(first_run, client):
+    summary, _ = first_run
+    experiment_id = summary["mlflow"]["experiment_id"]
+    parent = client.get_run(summary["mlflow"]["parent_run_id"])
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["train.num_workers"] == "2"
+
+    stages = {
+        r.data.tags.get("trainflow.stage"): r
+        for r in _children(client, experiment_id, parent.info.run_id)
+    }
+    assert {"sweep", "train", "evaluate"} <= set(stages)
+
+    trials = _children(client, experiment_id, stages["sweep"].info.run_id)
+    assert len(trials) == 4
+    for trial in trials:
+        history = client.get_metric_history(trial.info.run_id, "val_accuracy")
+        assert history, trial.info.run_id
+        assert "train.lr" in trial.data.params
+
+    train_history = client.get_metric_history(stages["train"].info.run_id, "val_loss")
+    assert sorted(m.step for m in train_history) == [1, 2, 3]
+    assert stages["evaluate"].data.metrics["test_accuracy"] == pytest.approx(
+        summary["test_metrics"]["test_accuracy"]
+    )
+    artifacts = [a.path for a in client.list_artifacts(stages["evaluate"].info.run_id, "plots")]
+    assert "plots/confusion_matrix.png" in artifacts
+
+    all_runs = client.search_runs([experiment_id], max_results=1000)
+    assert not [r.info.run_id for r in all_runs if r.info.status == "RUNNING"]
+
+    version = client.get_model_version_by_alias("digits-smoke", "champion")
+    assert version.version == str(summary["model"]["version"])
+    assert version.run_id == stages["train"].info.run_id
+    assert "challenger" in client.get_model_version("digits-smoke", version.version).aliases
+
+
+def test_second_run_reuses_preprocessing_and_serves_the_champion(home, first_run, tmp_path):
+    out = home / "summary-2.json"
+    proc = _run(home, "run", "--config", "configs/smoke.yaml", "--summary-json", str(out))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    second = json.loads(out.read_text())
+    assert second["data"]["preprocess_cached"] is True
+    assert second["data"]["fingerprint"] == first_run[0]["data"]["fingerprint"]
+    assert second["model"]["version"] == str(int(first_run[0]["model"]["version"]) + 1)
+
+    # predict on raw rows with the champion, straight from the registry
+    import pyarrow.parquet as pq
+
+    raw = pq.read_table(home / "datasets" / "digits" / "digits.parquet").slice(0, 50)
+    pq.write_table(raw.drop(["label"]), tmp_path / "new.parquet")
+    preds = tmp_path / "preds.parquet"
+    proc = _run(
+        home,
+        "predict",
+        "--config",
+        "configs/smoke.yaml",
+        "--model",
+        "models:/digits-smoke@champion",
+        "--input",
+        str(tmp_path / "new.parquet"),
+        "--output",
+        str(preds),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    table = pq.read_table(preds)
+    assert table.num_rows == 50
+    agreement = sum(
+        int(p == t) for p, t in zip(table["prediction"].to_pylist(), raw["label"].to_pylist())
+    )
+    assert agreement >= 40
+
+
+def test_bad_input_fails_fast_with_one_clear_message(home, first_run, client):
+    before = client.search_model_versions("name='digits-smoke'")
+    proc = _run(home, "run", "--config", "configs/smoke.yaml", "--set", "data.label_column=species")
+    assert proc.returncode != 0
+    assert "species" in proc.stderr and "data.label_column" in proc.stderr
+    assert "Retry" not in proc.stdout + proc.stderr  # never retried
+    after = client.search_model_versions("name='digits-smoke'")
+    assert len(after) == len(before)
+    experiment = client.get_experiment_by_name("trainflow-smoke")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING"]
+
+
+def test_bad_config_fails_before_anything_starts(home):
+    proc = _run(home, "run", "--set", "train.lr=-1", "--set", "sweep.asha.grace_period=99")
+    assert proc.returncode == 2
+    assert "train.lr" in proc.stderr and "greater than 0" in proc.stderr
+    assert "grace_period" in proc.stderr

@@ -1,0 +1,113 @@
+"""Ray Train and Ray Tune on one shared local Ray instance, on the real digits."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import cloudpickle
+import pytest
+
+from training import data
+from training.config import load_config
+from training.errors import TrainingDivergedError
+from training.loop import TrainContext, load_state, run_loop
+from training.storage import StorageLayout
+from training.sweep import run_sweep
+from training.trainer import train_final
+
+pytestmark = pytest.mark.integration
+
+# Test-local train functions are shipped to Ray workers by value, not by module name.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory) -> StorageLayout:
+    return StorageLayout(root=str(tmp_path_factory.mktemp("storage")))
+
+
+@pytest.fixture(scope="module")
+def manifest(ray_local, layout):
+    config = load_config(None)
+    files = data.resolve_inputs(config.data)
+    return data.preprocess(config, layout, data.fingerprint(config.data, files), files)
+
+
+def _config(*sets: str):
+    return load_config(None, ["train.num_workers=2", "train.max_epochs=4", *sets])
+
+
+def test_two_worker_fit_checkpoints_every_epoch_and_learns(manifest, layout):
+    outcome = train_final(_config(), manifest, "fit-2w", layout)
+    epochs = [row["epoch"] for row in outcome.history]
+    assert epochs == [1, 2, 3, 4]
+    assert outcome.history[-1]["val_accuracy"] > 0.85
+    state = load_state(outcome.checkpoint_path)
+    assert state["epoch"] in (3, 4)  # the best of the kept checkpoints by val_accuracy
+    assert set(state) >= {"model", "optimizer", "scheduler", "spec", "history"}
+
+
+def _crash_once_worker(settings):
+    """Rank 1 dies (os._exit: no cleanup, like SIGKILL) right after epoch 2, first attempt only."""
+    marker = settings["fault_marker"]
+
+    class CrashingContext(TrainContext):
+        def report(self, metrics, state):
+            super().report(metrics, state)
+            if self.rank == 1 and metrics["epoch"] == 2 and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(1)
+
+    return run_loop(settings, CrashingContext(seed=0))
+
+
+def test_worker_crash_resumes_from_last_checkpoint(manifest, layout, tmp_path, monkeypatch):
+    marker = str(tmp_path / "crashed")
+    from training import trainer as trainer_module
+
+    real_loop_config = trainer_module.loop_config
+    monkeypatch.setattr(
+        trainer_module,
+        "loop_config",
+        lambda *a, **k: {**real_loop_config(*a, **k), "fault_marker": marker},
+    )
+    config = _config("train.max_failures=1")
+    outcome = train_final(config, manifest, "crash-once", layout, train_fn=_crash_once_worker)
+    assert os.path.exists(marker), "the fault was never injected"
+    # Every epoch exactly once: epochs 1-2 come from the checkpoint, 3-4 from the new attempt.
+    assert [row["epoch"] for row in outcome.history] == [1, 2, 3, 4]
+
+
+def test_diverging_loop_raises_clear_error(manifest, layout):
+    config = _config("train.lr=1.0e+6", "train.lr_schedule=constant", "train.max_failures=0")
+    with pytest.raises(TrainingDivergedError, match="lower train.lr"):
+        train_final(config, manifest, "diverge", layout)
+
+
+def test_asha_sweep_stops_a_trial_early_and_picks_a_healthy_best(manifest, layout):
+    config = load_config(
+        None,
+        [
+            "sweep.num_samples=4",
+            "sweep.max_concurrent_trials=2",
+            "sweep.asha.max_t=4",
+            "sweep.asha.grace_period=1",
+            "sweep.asha.reduction_factor=2",
+            "sweep.search_space={train.lr: {loguniform: [1.0e-5, 3.0e-2]}}",
+        ],
+    )
+    outcome = run_sweep(config, manifest, "sweep-4", layout)
+    statuses = [t.status for t in outcome.trials]
+    assert len(statuses) == 4
+    assert "stopped-early" in statuses, statuses
+    assert outcome.epochs_spent < outcome.epochs_budget == 16
+    best = max(
+        (t for t in outcome.trials if t.status != "errored"),
+        key=lambda t: t.metrics["val_accuracy"],
+    )
+    assert outcome.best_trial_id == best.trial_id
+    assert set(outcome.best_params) == {"train.lr"}
+    # Re-running with the same run id restores the finished sweep instead of starting over.
+    again = run_sweep(config, manifest, "sweep-4", layout)
+    assert {t.trial_id for t in again.trials} == {t.trial_id for t in outcome.trials}

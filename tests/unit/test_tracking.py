@@ -1,0 +1,443 @@
+"""training.tracking against a real sqlite MLflow store (one per module: creating it takes ~2 s)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from training.config import GateConfig, MlflowConfig, PipelineConfig
+from training.errors import ModelNotFoundError, ServiceUnreachableError
+from training.storage import default_artifact_root, default_tracking_uri
+
+EXPERIMENT = "trainflow-unit"
+
+
+def make_config(**mlflow) -> PipelineConfig:
+    return PipelineConfig(mlflow=MlflowConfig(experiment=EXPERIMENT, **mlflow))
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """A trainflow home of this module: the default sqlite store lives in it."""
+    path = tmp_path_factory.mktemp("tracking-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRAINFLOW_HOME", str(path))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        yield path
+
+
+@pytest.fixture(scope="module")
+def tracker(home):
+    from training.tracking import configure
+
+    return configure(make_config())
+
+
+@pytest.fixture(scope="module")
+def registered(tracker, home):
+    """One model logged and registered as version 1 of its own registered model."""
+    import torch
+
+    from training.tracking import configure
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    state_path = home / "state.pt"
+    torch.save({"model": model.state_dict(), "classes": [0, 1, 2]}, state_path)
+    own = configure(make_config(registered_model="unit-registered"))
+    parent = own.start_parent_run("register", {})
+    run = own.start_child_run(parent, "promote", "promote")
+    example = np.random.default_rng(0).normal(size=(5, 4))  # float64: cast to the model's dtype
+    info = own.log_and_register_model(
+        run, model, example, str(state_path), "unit test model", {"data.fingerprint": "abc"}
+    )
+    return {"tracker": own, "info": info, "run": run, "model": model, "parent": parent}
+
+
+def statuses(tracker, run_ids):
+    return {run_id: tracker.client.get_run(run_id).info.status for run_id in run_ids}
+
+
+# ---------------------------------------------------------------------------------- configuration
+
+
+def test_resolve_tracking_uri_order(home, monkeypatch):
+    from training.tracking import resolve_tracking_uri
+
+    assert resolve_tracking_uri(MlflowConfig()) == default_tracking_uri()
+    assert default_tracking_uri().endswith(f"{home}/mlflow.db")
+    cfg = MlflowConfig(tracking_uri="sqlite:////tmp/other.db")
+    assert resolve_tracking_uri(cfg) == "sqlite:////tmp/other.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999/")
+    assert resolve_tracking_uri(cfg) == "http://127.0.0.1:5999"
+
+
+def test_experiment_artifacts_under_home(tracker, home):
+    experiment = tracker.client.get_experiment(tracker.experiment_id)
+    assert experiment.name == EXPERIMENT
+    assert experiment.artifact_location == f"{default_artifact_root()}/{EXPERIMENT}"
+    assert experiment.artifact_location.startswith(home.as_uri())
+    assert tracker.tracking_uri == default_tracking_uri()
+    assert tracker.ui_command() == (
+        f"mlflow ui --backend-store-uri {default_tracking_uri()} --host 127.0.0.1 --port 5000"
+    )
+    assert tracker.run_url("abc") is None
+
+
+def test_configure_again_reuses_experiment(tracker):
+    from training.tracking import configure
+
+    assert configure(make_config()).experiment_id == tracker.experiment_id
+
+
+def test_http_urls_drop_credentials():
+    from training.tracking import Tracker
+
+    remote = Tracker(None, "http://alice:s3cret@mlflow.internal:5000", "7", make_config())
+    assert remote.ui_command() == "http://mlflow.internal:5000"
+    assert remote.run_url("r1") == "http://mlflow.internal:5000/#/experiments/7/runs/r1"
+
+
+def test_unreachable_server_fails_fast(monkeypatch):
+    from training.tracking import configure
+
+    with socket.socket() as sock:  # a loopback port that is certainly closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://alice:s3cret@127.0.0.1:{port}")
+    start = time.monotonic()
+    with pytest.raises(ServiceUnreachableError) as excinfo:
+        configure(make_config())
+    assert time.monotonic() - start < 6
+    message = str(excinfo.value)
+    assert f"127.0.0.1:{port}" in message
+    assert "trainflow up" in message
+    assert "MLFLOW_TRACKING_URI" in message
+    assert "s3cret" not in message
+    assert excinfo.value.retriable
+    import os
+
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "2"  # bounded retries were set
+
+
+# ------------------------------------------------------------------------------------------- runs
+
+
+def test_parent_run_get_or_create(tracker):
+    first = tracker.start_parent_run("flow-1", {"trainflow.trigger": "unit"})
+    assert tracker.start_parent_run("flow-1", {}) == first
+    other = tracker.start_parent_run("flow-2", {})
+    assert other != first
+
+    run = tracker.client.get_run(first)
+    assert run.info.run_name == "pipeline-flow-1"
+    assert run.info.status == "RUNNING"
+    assert run.data.tags["trainflow.run_id"] == "flow-1"
+    assert run.data.tags["trainflow.stage"] == "pipeline"
+    assert run.data.tags["trainflow.trigger"] == "unit"
+    assert run.data.tags["version.mlflow"] == "3.17.2"
+    assert "mlflow.parentRunId" not in run.data.tags
+
+    # A re-run after the run ended resumes the same run, RUNNING again.
+    tracker.end_run(first, "FAILED")
+    assert tracker.client.get_run(first).info.status == "FAILED"
+    assert tracker.start_parent_run("flow-1", {}) == first
+    assert tracker.client.get_run(first).info.status == "RUNNING"
+    tracker.close_unfinished(first, "KILLED")
+    tracker.close_unfinished(other, "KILLED")
+
+
+def test_parent_run_params_and_config(tracker):
+    config = tracker.config
+    parent = tracker.start_parent_run("flow-params", {})
+    params = tracker.client.get_run(parent).data.params
+    assert params == {key: str(value) for key, value in config.flat().items()}
+    assert len(params) > 30
+
+    local = tracker.client.download_artifacts(parent, "config.yaml")
+    assert yaml.safe_load(Path(local).read_text()) == config.model_dump(mode="json")
+    tracker.end_run(parent)
+
+
+def test_no_credentials_logged(home):
+    from training.config import StorageConfig
+    from training.tracking import configure
+
+    config = PipelineConfig(
+        mlflow=MlflowConfig(experiment=EXPERIMENT),
+        storage=StorageConfig(root="s3://bucket/prefix", endpoint_url="http://bob:hunter2@s3:9000"),
+    )
+    tracker = configure(config)
+    parent = tracker.start_parent_run("flow-secret", {"note": "https://bob:hunter2@host/x"})
+    run = tracker.client.get_run(parent)
+    assert run.data.params["storage.endpoint_url"] == "http://***@s3:9000"
+    assert run.data.tags["note"] == "https://***@host/x"
+    text = Path(tracker.client.download_artifacts(parent, "config.yaml")).read_text()
+    everything = f"{run.data.params} {run.data.tags} {text}"
+    assert "hunter2" not in everything
+    assert "bob" not in everything
+    tracker.end_run(parent)
+
+
+def test_log_params_batches_and_truncates(tracker):
+    parent = tracker.start_parent_run("flow-many-params", {})
+    run = tracker.start_child_run(parent, "many", "test")
+    params = {f"p{i:03d}": i for i in range(250)}
+    params["long"] = "x" * 7000
+    tracker.log_params(run, params)
+    logged = tracker.client.get_run(run).data.params
+    assert len(logged) == 251
+    assert logged["p249"] == "249"
+    assert logged["long"] == "x" * 6000
+    tracker.close_unfinished(parent, "KILLED")
+
+
+def test_child_run_get_or_create(tracker):
+    parent = tracker.start_parent_run("flow-children", {})
+    train = tracker.start_child_run(parent, "train", "train", {"extra": "1"})
+    assert tracker.start_child_run(parent, "train", "train") == train
+    evaluate = tracker.start_child_run(parent, "evaluate", "evaluate")
+    assert evaluate != train
+    # the same name under another parent is another run
+    other_parent = tracker.start_parent_run("flow-children-2", {})
+    assert tracker.start_child_run(other_parent, "train", "train") != train
+
+    run = tracker.client.get_run(train)
+    assert run.info.run_name == "train"
+    assert run.data.tags["mlflow.parentRunId"] == parent
+    assert run.data.tags["trainflow.stage"] == "train"
+    assert run.data.tags["trainflow.run_id"] == "flow-children"
+    assert run.data.tags["extra"] == "1"
+
+    tracker.end_run(train)
+    assert tracker.start_child_run(parent, "train", "train") == train  # a retried stage resumes
+    assert tracker.client.get_run(train).info.status == "RUNNING"
+    # children never count as parents of a pipeline run id
+    assert tracker.start_parent_run("flow-children", {}) == parent
+    tracker.close_unfinished(parent, "KILLED")
+    tracker.close_unfinished(other_parent, "KILLED")
+
+
+def test_log_history_and_metrics(tracker):
+    parent = tracker.start_parent_run("flow-history", {})
+    run = tracker.start_child_run(parent, "train", "train")
+    rows = [
+        {"epoch": 1, "train_loss": 1.0, "val_accuracy": 0.5, "note": "warm-up"},
+        {"epoch": 2, "train_loss": 0.6, "val_accuracy": float("nan"), "done": False},
+        {"epoch": 3, "train_loss": np.float32(0.25), "val_accuracy": 0.9},
+    ]
+    tracker.log_history(run, rows)
+    history = tracker.client.get_metric_history(run, "train_loss")
+    assert sorted((m.step, m.value) for m in history) == [(1, 1.0), (2, 0.6), (3, 0.25)]
+    accuracy = tracker.client.get_metric_history(run, "val_accuracy")
+    assert sorted((m.step, m.value) for m in accuracy) == [(1, 0.5), (3, 0.9)]  # NaN skipped
+    metrics = tracker.client.get_run(run).data.metrics
+    assert "note" not in metrics and "done" not in metrics and "epoch" not in metrics
+
+    tracker.log_metrics(run, {"test_accuracy": 0.93, "label": "x"}, step=7)
+    (point,) = tracker.client.get_metric_history(run, "test_accuracy")
+    assert (point.step, point.value) == (7, 0.93)
+    assert "label" not in tracker.client.get_run(run).data.metrics
+    tracker.close_unfinished(parent, "KILLED")
+
+
+def test_log_history_many_points(tracker):
+    parent = tracker.start_parent_run("flow-long-history", {})
+    rows = [{"epoch": e, "a": e, "b": -e, "c": e / 2} for e in range(400)]  # 1200 > 1000 per batch
+    tracker.log_history(parent, rows)
+    assert len(tracker.client.get_metric_history(parent, "c")) == 400
+    tracker.end_run(parent)
+
+
+def test_artifacts(tracker, tmp_path):
+    from training.report import confusion_matrix_png
+
+    parent = tracker.start_parent_run("flow-artifacts", {})
+    png = confusion_matrix_png([[3, 1], [0, 4]], ["a", "b"], str(tmp_path / "cm.png"))
+    tracker.log_figure(parent, png, "plots/confusion_matrix.png")
+    tracker.log_dict(parent, {"accuracy": 0.9}, "metrics/test.json")
+    tracker.log_text(parent, "hello", "notes/readme.md")
+    tracker.log_artifact(parent, png, "raw")
+    listed = {f.path for f in tracker.client.list_artifacts(parent, "plots")}
+    assert listed == {"plots/confusion_matrix.png"}
+    local = tracker.client.download_artifacts(parent, "plots/confusion_matrix.png")
+    assert Path(local).read_bytes() == Path(png).read_bytes()
+    assert {f.path for f in tracker.client.list_artifacts(parent, "raw")} == {"raw/cm.png"}
+    tracker.end_run(parent)
+
+
+def test_close_unfinished_leaves_nothing_running(tracker):
+    parent = tracker.start_parent_run("flow-crash", {})
+    sweep = tracker.start_child_run(parent, "sweep", "sweep")
+    trials = [tracker.start_child_run(sweep, f"trial-{i}", "trial") for i in range(3)]
+    done = tracker.start_child_run(parent, "preprocess", "preprocess")
+    tracker.end_run(done)
+    tracker.end_run(trials[0])
+    grandchild_of_trial = tracker.start_child_run(trials[1], "inner", "train")
+
+    closed = tracker.close_unfinished(parent, "FAILED")
+    assert set(closed) == {parent, sweep, trials[1], trials[2], grandchild_of_trial}
+    tree = {run.info.run_id: run.info.status for run in tracker.find_runs(parent)}
+    assert set(tree) == {sweep, done, grandchild_of_trial, *trials}
+    assert "RUNNING" not in tree.values()
+    assert tree[done] == "FINISHED" and tree[trials[0]] == "FINISHED"
+    assert tree[trials[2]] == "FAILED" and tree[grandchild_of_trial] == "FAILED"
+    assert tracker.client.get_run(parent).info.status == "FAILED"
+    assert tracker.close_unfinished(parent, "KILLED") == []  # nothing left to close
+    with pytest.raises(ValueError):
+        tracker.close_unfinished(parent, "RUNNING")
+
+
+def test_tune_callback_one_finished_run_per_trial(tracker):
+    parent = tracker.start_parent_run("flow-sweep", {})
+    sweep = tracker.start_child_run(parent, "sweep", "sweep")
+    callback = tracker.tune_callback(sweep)
+    assert callback.tags["mlflow.parentRunId"] == sweep
+    assert callback.should_save_artifact is False
+
+    class FakeTrial:  # what the callback reads from a Tune Trial
+        def __init__(self, trial_id, lr):
+            self.trial_id, self.config = trial_id, {"train.lr": lr}
+
+        def __str__(self):
+            return f"trial_{self.trial_id}"
+
+    callback.setup()
+    trials = [FakeTrial("a", 0.01), FakeTrial("b", 0.02)]
+    for trial in trials:
+        callback.log_trial_start(trial)
+        for epoch in (1, 2):
+            metrics = {"val_accuracy": 0.5 * epoch, "training_iteration": epoch}
+            callback.log_trial_result(epoch, trial, metrics)
+        callback.log_trial_end(trial)
+
+    runs = tracker.find_runs(sweep)
+    assert sorted(run.info.run_name for run in runs) == ["trial_a", "trial_b"]
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["trainflow.stage"] == "trial"
+        assert run.data.tags["trainflow.run_id"] == "flow-sweep"
+        assert run.data.metrics["val_accuracy"] == 1.0
+        assert run.data.params["train.lr"] in {"0.01", "0.02"}
+    tracker.close_unfinished(parent, "KILLED")
+
+
+# -------------------------------------------------------------------------------- model registry
+
+
+def test_log_and_register_model(registered):
+    import torch
+
+    tracker, info = registered["tracker"], registered["info"]
+    assert info["name"] == "unit-registered"
+    assert info["version"] == "1"
+    assert info["model_uri"] == "models:/unit-registered/1"
+    assert info["source_run_id"] == registered["run"]
+    assert info["state_file"] == "extra_files/state.pt"
+    version = tracker.client.get_model_version("unit-registered", "1")
+    assert version.description == "unit test model"
+    assert version.tags["data.fingerprint"] == "abc"
+    assert version.run_id == registered["run"]
+    # logging the model must not end the caller's run
+    assert tracker.client.get_run(registered["run"]).info.status == "RUNNING"
+
+    for uri in (info["model_uri"], info["logged_model_uri"], f"runs:/{registered['run']}/model"):
+        path = tracker.model_files(uri)
+        assert path.name == "state.pt"
+        state = torch.load(path, weights_only=True)
+        assert state["classes"] == [0, 1, 2]
+        expected = registered["model"].state_dict()
+        assert all(torch.equal(state["model"][k], expected[k]) for k in expected)
+
+
+def test_registered_model_predicts_any_batch(registered):
+    import mlflow.pyfunc
+    import torch
+
+    model = mlflow.pyfunc.load_model(registered["info"]["model_uri"])
+    batch = np.random.default_rng(1).normal(size=(7, 4)).astype("float32")
+    with torch.no_grad():
+        expected = registered["model"](torch.from_numpy(batch)).numpy()
+    np.testing.assert_allclose(model.predict(batch), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_model_files_missing(registered):
+    tracker = registered["tracker"]
+    for uri in ("models:/unit-registered@nobody", "models:/no-such-model/1"):
+        with pytest.raises(ModelNotFoundError) as excinfo:
+            tracker.model_files(uri)
+        assert uri in str(excinfo.value)
+        assert "MLflow UI" in str(excinfo.value)
+
+
+def _versions(registered, name: str, count: int, **gate) -> tuple:
+    """A tracker whose registered model ``name`` has ``count`` versions of the logged model."""
+    import mlflow
+
+    from training.tracking import configure
+
+    tracker = configure(make_config(registered_model=name, gate=GateConfig(**gate)))
+    mlflow.set_tracking_uri(tracker.tracking_uri)
+    source = registered["info"]["logged_model_uri"]
+    versions = [mlflow.register_model(source, name).version for _ in range(count)]
+    return tracker, [str(v) for v in versions]
+
+
+def test_promote_accuracy_gate(registered):
+    tracker, (v1, v2, v3, v4) = _versions(
+        registered, "unit-gate-acc", 4, metric="test_accuracy", min_delta=0.01
+    )
+    client, name = tracker.client, "unit-gate-acc"
+
+    first = tracker.promote(v1, 0.80)
+    assert first["decision"] == "first-model"
+    assert first["champion_version"] == v1
+    assert first["aliases"] == ["challenger", "champion"]
+    assert str(client.get_model_version_by_alias(name, "champion").version) == v1
+
+    worse = tracker.promote(v2, 0.78)
+    assert worse["decision"] == "kept-champion"
+    assert worse["champion_version"] == v1
+    assert worse["champion_value"] == pytest.approx(0.80)
+    assert worse["aliases"] == ["challenger"]
+    assert str(client.get_model_version_by_alias(name, "champion").version) == v1
+    assert str(client.get_model_version_by_alias(name, "challenger").version) == v2
+    tags = client.get_model_version(name, v2).tags
+    assert tags["gate.decision"] == "kept-champion"
+    assert tags["gate.metric"] == "test_accuracy"
+    assert float(tags["gate.value"]) == pytest.approx(0.78)
+    assert float(tags["gate.champion_value"]) == pytest.approx(0.80)
+    assert tags["gate.previous_champion"] == v1
+
+    barely = tracker.promote(v3, 0.805)  # better, but not by more than min_delta
+    assert barely["decision"] == "kept-champion"
+    assert str(client.get_model_version_by_alias(name, "champion").version) == v1
+
+    better = tracker.promote(v4, 0.85)
+    assert better["decision"] == "promoted"
+    assert better["champion_version"] == v4
+    assert better["aliases"] == ["challenger", "champion"]
+    assert str(client.get_model_version_by_alias(name, "champion").version) == v4
+    assert client.get_model_version(name, v4).tags["gate.previous_champion"] == v1
+    assert client.get_model_version(name, v1).aliases == []
+
+    # the registered model's state file follows the alias
+    assert tracker.model_files(f"models:/{name}@champion").name == "state.pt"
+
+
+def test_promote_loss_gate_lower_is_better(registered):
+    tracker, (v1, v2, v3) = _versions(registered, "unit-gate-loss", 3, metric="test_loss")
+    name = "unit-gate-loss"
+    assert tracker.promote(v1, 0.50)["decision"] == "first-model"
+    higher = tracker.promote(v2, 0.60)
+    assert higher["decision"] == "kept-champion"
+    assert str(tracker.client.get_model_version_by_alias(name, "champion").version) == v1
+    lower = tracker.promote(v3, 0.30)
+    assert lower["decision"] == "promoted"
+    assert str(tracker.client.get_model_version_by_alias(name, "champion").version) == v3
