@@ -25,7 +25,7 @@ import pyarrow.fs as pafs
 
 from training.config import BUILTIN_DIGITS, DataConfig, PipelineConfig, SplitConfig
 from training.datasets import ensure_digits
-from training.errors import DataValidationError, StorageError
+from training.errors import DataValidationError, ServiceUnreachableError, StorageError
 from training.manifest import FEATURES, LABEL, SAMPLE_ID, SPLITS, FeatureSpec, Manifest
 from training.storage import (
     StorageLayout,
@@ -81,7 +81,9 @@ def resolve_inputs(data: DataConfig, endpoint_url: str | None = None) -> list[st
     try:
         info = fs.get_file_info(path)
     except OSError as exc:
-        raise StorageError(f"cannot reach {source}: {exc}; check data.source and credentials")
+        # Remote: maybe a network blip, so retriable; local: a permission problem, so not.
+        kind = ServiceUnreachableError if is_remote(source) else StorageError
+        raise kind(f"cannot reach {source}: {exc}; check data.source and credentials") from None
     if info.type == pafs.FileType.NotFound:
         raise DataValidationError(
             f"data.source {source!r} does not exist; give an existing file or directory "
@@ -157,6 +159,15 @@ def _split_key(seed: int) -> str:
     return hashlib.sha256(f"trainflow-split:{seed}".encode()).hexdigest()[:16]
 
 
+def _keyed_mix(hashes: np.ndarray, key: str) -> np.ndarray:
+    """splitmix64 of (hash XOR key): pandas ignores hash_key for numeric columns, so the seed
+    must enter here or every seed would give the same split."""
+    z = hashes ^ np.uint64(int(key, 16))
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
 def _matrix_from_column(series: pd.Series, column: str) -> np.ndarray:
     n = len(series)
     if isinstance(series.dtype, pd.ArrowDtype):
@@ -170,7 +181,9 @@ def _matrix_from_column(series: pd.Series, column: str) -> np.ndarray:
             flat = arr.flatten().to_numpy(zero_copy_only=False)
             return flat.astype(np.float64).reshape(n, arr.type.list_size)
         if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
-            lengths = set(pa.compute.list_value_length(arr).to_pylist())
+            import pyarrow.compute as pc
+
+            lengths = set(pc.list_value_length(arr).to_pylist())
             if len(lengths) > 1:
                 raise DataValidationError(
                     f"column {column!r} has rows of different lengths {sorted(lengths)[:5]}; "
@@ -236,8 +249,9 @@ def row_hashes(
     raw = _feature_matrix(batch, feature_columns, image_column)
     frame = pd.DataFrame(raw)
     frame[raw.shape[1]] = _hashable_labels(batch[label_column])
-    hashed = pd.util.hash_pandas_object(frame, index=False, hash_key=_split_key(seed))
-    return hashed.to_numpy(dtype=np.uint64)
+    key = _split_key(seed)
+    hashed = pd.util.hash_pandas_object(frame, index=False, hash_key=key)
+    return _keyed_mix(hashed.to_numpy(dtype=np.uint64), key)
 
 
 def assign_splits(hashes: np.ndarray, split: SplitConfig) -> np.ndarray:
@@ -316,7 +330,9 @@ def _csv_options(plan: _Plan | None) -> dict[str, Any]:
         return {}
     # Fixed feature types: blocks (and files) whose inference differs (int vs float) still concat.
     types = {c: pa.float64() for c in plan.features or []}
-    return {"convert_options": pacsv.ConvertOptions(column_types=types, include_columns=plan.columns)}
+    return {
+        "convert_options": pacsv.ConvertOptions(column_types=types, include_columns=plan.columns)
+    }
 
 
 def _file_schema(file: str, fmt: str, endpoint_url: str | None) -> tuple[pa.Schema, int | None]:
@@ -340,7 +356,7 @@ def _check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: st
     features = list(data.feature_columns) if data.feature_columns else None
     width = None
     total_rows: int | None = 0
-    for index, file in enumerate(files):
+    for file in files:
         schema, rows = _file_schema(file, fmt, endpoint_url)
         total_rows = None if rows is None or total_rows is None else total_rows + rows
         names = schema.names
@@ -353,7 +369,9 @@ def _check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: st
             width = _check_image_column(file, schema, data.image_column)
             continue
         if features is None:
-            features = [n for n in names if n != data.label_column and _is_numeric(schema.field(n).type)]
+            features = [
+                n for n in names if n != data.label_column and _is_numeric(schema.field(n).type)
+            ]
             skipped = [n for n in names if n != data.label_column and n not in features]
             if skipped:
                 log.warning("skipping non-numeric columns %s of %s", skipped[:20], file)
@@ -377,7 +395,6 @@ def _check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: st
                     "it to numbers or leave it out of data.feature_columns"
                 )
         width = len(features)
-        del index
     if total_rows == 0:
         raise DataValidationError(
             f"the input has no rows (all {len(files)} file(s) are empty: {files[:3]}); point "
@@ -432,7 +449,7 @@ def _read(files: list[str], plan: _Plan, endpoint_url: str | None) -> ray.data.D
 
 
 def _summarise(batch: pd.DataFrame, plan: _Plan, split: SplitConfig) -> dict[str, np.ndarray]:
-    """One tiny per-batch summary: split/class counts, null labels, non-finite values, train stats."""
+    """A tiny per-batch summary: split/class counts, null labels, non-finite values, train stats."""
     try:
         summary = _summary(batch, plan, split)
     except DataValidationError as exc:
@@ -608,7 +625,7 @@ def _write_rows(batch: pd.DataFrame, spec: FeatureSpec, split: SplitConfig) -> p
 def _read_error(exc: Exception, files: list[str], plan: _Plan, endpoint_url: str | None):
     """Turn a Ray read failure into a DataValidationError naming the file, if it is the data's."""
     text = str(exc)
-    named = sorted((f for f in files if f in text or filesystem(f)[1] in text), key=len)
+    named = sorted((f for f in files if f in text or f.removeprefix("s3://") in text), key=len)
     for file in ([named[-1]] if named else []) + files:
         reason = _diagnose(file, plan, endpoint_url)
         if reason is not None:
@@ -677,8 +694,12 @@ def preprocess(
         batch_size=_BATCH_ROWS,
         fn_kwargs={"plan": plan, "split": data.split},
     )
-    _run(lambda: [stats.add(pickle.loads(r["summary"])) for r in summaries.iter_rows()],
-         files, plan, in_endpoint)
+    _run(
+        lambda: [stats.add(pickle.loads(r["summary"])) for r in summaries.iter_rows()],
+        files,
+        plan,
+        in_endpoint,
+    )
     classes = _validate(stats, data, plan, files)
 
     n_train, mean, m2 = stats.train
@@ -788,9 +809,7 @@ def load_split_arrays(
     return features[order].astype(np.float32, copy=False), labels[order], ids[order]
 
 
-def read_split(
-    manifest: Manifest, split: str, endpoint_url: str | None = None
-) -> ray.data.Dataset:
+def read_split(manifest: Manifest, split: str, endpoint_url: str | None = None) -> ray.data.Dataset:
     """One split as a Ray Dataset with columns features/label/sample_id."""
     import ray.data
 

@@ -59,7 +59,7 @@ def _upsample_index(side: int) -> np.ndarray:
 def _chunk(
     n_rows: int, seed: int, chunk_index: int, side: int, tabular: bool, noise: float
 ) -> pa.Table:
-    # One generator per (seed, chunk): any n_rows gives the same leading rows.
+    # One generator per (seed, chunk): the same rows whether built whole or written file by file.
     rng = np.random.default_rng([seed, chunk_index])
     pixels, labels = _digits()
     pick = rng.integers(0, len(labels), size=n_rows)
@@ -84,9 +84,7 @@ def _chunk(
     return pa.table({"image": image, "label": label})
 
 
-def _chunks(
-    n_rows: int, seed: int, side: int, tabular: bool, noise: float
-) -> Iterator[pa.Table]:
+def _chunks(n_rows: int, seed: int, side: int, tabular: bool, noise: float) -> Iterator[pa.Table]:
     if n_rows < 1 or side < 1:
         raise ValueError("n_rows and side must be >= 1")
     for index, start in enumerate(range(0, n_rows, _CHUNK_ROWS)):

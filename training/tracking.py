@@ -183,7 +183,8 @@ def resolve_tracking_uri(cfg: MlflowConfig) -> str:
 def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
     """GET ``<uri>/health``; raise ServiceUnreachableError naming the fix if it does not answer."""
     parts = urllib.parse.urlsplit(uri)
-    netloc = parts.hostname or ""
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host  # IPv6 literal
     if parts.port:
         netloc = f"{netloc}:{parts.port}"
     health = urllib.parse.urlunsplit(
@@ -199,6 +200,8 @@ def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             status = response.status
     except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):  # it answers; MLflow's own calls carry the credentials
+            return
         reason = f"GET /health answered HTTP {exc.code}"
     except (urllib.error.URLError, OSError) as exc:
         reason = str(getattr(exc, "reason", exc))
@@ -485,18 +488,41 @@ class Tracker:
         state_path: str,
         description: str,
         tags: dict[str, Any] | None = None,
+        reuse_existing: bool = True,
     ) -> dict[str, str]:
         """Log ``model`` as an MLflow model under ``run_id`` and register a new version.
 
         ``input_example`` needs a batch of more than one row (torch.export makes a batch dimension
         of size 1 static). ``state_path`` (our checkpoint file) is stored in the model as
         ``extra_files/<file name>``; :meth:`model_files` finds it again.
+
+        With ``reuse_existing`` a version already registered from ``run_id`` (a retried task) is
+        returned instead of registering a duplicate.
         """
         import mlflow
         import mlflow.pytorch
         import numpy as np
         import torch
         from mlflow.models import infer_signature
+
+        name = self.config.mlflow.registered_model
+        state_file = f"{STATE_DIR_IN_MODEL}/{os.path.basename(state_path)}"
+        existing = self._version_of_run(name, run_id) if reuse_existing else None
+        if existing is not None:
+            log.info(
+                "model version %s of %s already registered from run %s",
+                existing.version,
+                name,
+                run_id,
+            )
+            return {
+                "name": name,
+                "version": str(existing.version),
+                "model_uri": f"models:/{name}/{existing.version}",
+                "logged_model_uri": existing.source,
+                "source_run_id": run_id,
+                "state_file": state_file,
+            }
 
         model = copy.deepcopy(model).cpu().eval()
         param = next(model.parameters(), None)
@@ -530,7 +556,6 @@ class Tracker:
             if was_running:  # leaving the `with` ended the run; ending it is the caller's job
                 self.client.update_run(run_id, status="RUNNING")
 
-        name = self.config.mlflow.registered_model
         version = mlflow.register_model(
             info.model_uri, name, tags=self._tag_values(tags or {}) or None
         )
@@ -541,8 +566,21 @@ class Tracker:
             "model_uri": f"models:/{name}/{version.version}",
             "logged_model_uri": info.model_uri,
             "source_run_id": run_id,
-            "state_file": f"{STATE_DIR_IN_MODEL}/{os.path.basename(state_path)}",
+            "state_file": state_file,
         }
+
+    def _version_of_run(self, name: str, run_id: str):
+        """The oldest version of ``name`` registered from ``run_id``, or None."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            versions = self.client.search_model_versions(
+                f"name = {_quote(name)} and run_id = {_quote(run_id)}"
+            )
+        except MlflowException as exc:
+            log.debug("no versions of %s from run %s: %s", name, run_id, exc)
+            return None
+        return min(versions, key=lambda v: int(v.version)) if versions else None
 
     def promote(self, version: str, challenger_value: float) -> dict[str, Any]:
         """Alias ``challenger`` to ``version``; move ``champion`` to it only if it wins the gate.

@@ -126,6 +126,56 @@ def test_unreachable_server_fails_fast(monkeypatch):
     assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "2"  # bounded retries were set
 
 
+@pytest.fixture
+def health_server():
+    """A loopback HTTP server whose /health answers with the status in ``state["status"]``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    state = {"status": 200, "paths": [], "auth": []}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            state["paths"].append(self.path)
+            state["auth"].append(self.headers.get("Authorization"))
+            self.send_response(state["status"])
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state["url"] = f"http://127.0.0.1:{server.server_port}"
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def test_health_check(health_server):
+    import base64
+
+    from training.tracking import check_reachable
+
+    check_reachable(health_server["url"] + "/prefix")
+    assert health_server["paths"] == ["/prefix/health"]
+    assert health_server["auth"] == [None]
+
+    credentials = health_server["url"].replace("http://", "http://alice:s3cret@")
+    check_reachable(credentials)
+    assert health_server["auth"][-1] == "Basic " + base64.b64encode(b"alice:s3cret").decode()
+
+    health_server["status"] = 401  # reachable; authentication is MLflow's client's business
+    check_reachable(health_server["url"])
+
+    health_server["status"] = 503
+    with pytest.raises(ServiceUnreachableError, match="HTTP 503") as excinfo:
+        check_reachable(credentials)
+    assert "s3cret" not in str(excinfo.value)
+
+
 # ------------------------------------------------------------------------------------------- runs
 
 
@@ -185,7 +235,8 @@ def test_no_credentials_logged(home):
     tracker.end_run(parent)
 
 
-def test_log_params_batches_and_truncates(tracker):
+def test_log_params_batches_and_truncates(tracker, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRUNCATE_LONG_VALUES", "false")  # MLflow must not do it for us
     parent = tracker.start_parent_run("flow-many-params", {})
     run = tracker.start_child_run(parent, "many", "test")
     params = {f"p{i:03d}": i for i in range(250)}
@@ -354,6 +405,16 @@ def test_log_and_register_model(registered):
         assert state["classes"] == [0, 1, 2]
         expected = registered["model"].state_dict()
         assert all(torch.equal(state["model"][k], expected[k]) for k in expected)
+
+
+def test_register_again_from_same_run_reuses_version(registered, home):
+    tracker, info = registered["tracker"], registered["info"]
+    again = tracker.log_and_register_model(
+        registered["run"], registered["model"], np.zeros((3, 4)), str(home / "state.pt"), "x", {}
+    )
+    assert again == info
+    versions = tracker.client.search_model_versions("name = 'unit-registered'")
+    assert [str(v.version) for v in versions] == ["1"]
 
 
 def test_registered_model_predicts_any_batch(registered):

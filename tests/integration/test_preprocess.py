@@ -1,0 +1,239 @@
+"""Preprocessing with Ray Data on the shared local instance: the digits, then bad inputs."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from training.config import DataConfig, PipelineConfig
+from training.data import (
+    MANIFEST_FILE,
+    fingerprint,
+    load_manifest,
+    load_split_arrays,
+    preprocess,
+    read_split,
+    resolve_inputs,
+)
+from training.errors import DataValidationError
+from training.manifest import SPLITS
+from training.storage import StorageLayout
+
+pytestmark = pytest.mark.integration
+
+
+def _run(data: DataConfig, root) -> tuple:
+    config = PipelineConfig(data=data)
+    layout = StorageLayout(root=str(root))
+    files = resolve_inputs(config.data)
+    fp = fingerprint(config.data, files)
+    return preprocess(config, layout, fp, files), layout, fp, files
+
+
+@pytest.fixture(scope="module")
+def digits(ray_local, tmp_path_factory):
+    root = tmp_path_factory.mktemp("storage")
+    started = time.monotonic()
+    manifest, layout, fp, files = _run(DataConfig(), root)
+    return manifest, layout, fp, files, time.monotonic() - started
+
+
+def test_digits_manifest_counts_every_row(digits):
+    manifest = digits[0]
+    assert sum(manifest.rows.values()) == 1797
+    assert manifest.spec.classes == list(range(10))
+    assert manifest.spec.input_shape == [64]
+    assert len(manifest.spec.feature_columns) == 64
+    for split in SPLITS:
+        counts = manifest.class_counts[split]
+        assert sum(counts.values()) == manifest.rows[split]
+        assert set(counts) == {str(c) for c in range(10)}
+        assert manifest.split_uris[split].endswith(f"split={split}")
+    assert 0.1 < manifest.rows["val"] / 1797 < 0.2
+    assert load_manifest(manifest.data_dir) == manifest
+
+
+def test_splits_are_disjoint_and_match_the_manifest(digits):
+    manifest = digits[0]
+    ids = {}
+    for split in SPLITS:
+        x, y, sid = load_split_arrays(manifest, split)
+        assert x.dtype == np.float32 and x.shape == (manifest.rows[split], 64)
+        assert y.dtype == np.int64 and sid.dtype == np.int64
+        assert np.all(np.diff(sid) >= 0)  # sorted by sample_id
+        counts = np.bincount(y, minlength=10)
+        assert {str(c): int(n) for c, n in enumerate(counts)} == manifest.class_counts[split]
+        ids[split] = set(sid.tolist())
+    assert not ids["train"] & ids["val"] and not ids["train"] & ids["test"]
+    assert not ids["val"] & ids["test"]
+    assert len(ids["train"] | ids["val"] | ids["test"]) == 1797  # the digits have no duplicates
+
+
+def test_train_features_are_standardised(digits):
+    x, _, _ = load_split_arrays(digits[0], "train")
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    np.testing.assert_allclose(mean, 0, atol=1e-4)
+    constant = std < 1e-6  # e.g. the always-blank corner pixels: centred, left unscaled
+    assert 0 < constant.sum() < 10
+    np.testing.assert_allclose(std[~constant], 1, atol=1e-3)
+    x_val, _, _ = load_split_arrays(digits[0], "val")
+    assert abs(x_val.mean()) < 0.2  # val is scaled with train's statistics, so only close
+
+
+def test_second_call_reuses_the_manifest(digits):
+    manifest, layout, fp, files, _ = digits
+    path = os.path.join(manifest.data_dir, MANIFEST_FILE)
+    before = os.stat(path).st_mtime_ns
+    started = time.monotonic()
+    again = preprocess(PipelineConfig(), layout, fp, files)
+    assert time.monotonic() - started < 1.0
+    assert again == manifest
+    assert os.stat(path).st_mtime_ns == before
+    leftovers = [n for n in os.listdir(manifest.data_dir) if n.startswith("_incoming")]
+    assert leftovers == []
+
+
+def test_read_split_feeds_torch_float32_vectors(digits):
+    manifest = digits[0]
+    ds = read_split(manifest, "val")
+    assert ds.schema().names == ["features", "label", "sample_id"]
+    batch = next(iter(ds.iter_torch_batches(batch_size=32)))
+    assert str(batch["features"].dtype) == "torch.float32"
+    assert tuple(batch["features"].shape) == (32, 64)
+    assert str(batch["label"].dtype) == "torch.int64"
+    assert ds.count() == manifest.rows["val"]
+
+
+def test_split_does_not_depend_on_file_layout(digits, tmp_path):
+    # The same rows shuffled over two files land in the same splits with the same ids.
+    manifest = digits[0]
+    table = pq.read_table(digits[3][0])
+    order = np.random.default_rng(0).permutation(table.num_rows)
+    shuffled = table.take(pa.array(order))
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(shuffled.slice(0, 700), src / "a.parquet")
+    pq.write_table(shuffled.slice(700), src / "b.parquet")
+    other, *_ = _run(DataConfig(source=str(src)), tmp_path / "storage")
+    assert other.fingerprint != manifest.fingerprint
+    for split in SPLITS:
+        x_a, _, ids_a = load_split_arrays(manifest, split)
+        x_b, _, ids_b = load_split_arrays(other, split)
+        np.testing.assert_array_equal(ids_a, ids_b)
+        np.testing.assert_allclose(x_a, x_b, atol=1e-6)
+
+
+# --- bad inputs: one clear error, and nothing that looks complete --------------------------
+
+
+def _good(n: int = 60, seed: int = 0, classes: int = 3) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "a": rng.normal(size=n),
+        "b": rng.normal(size=n).astype(np.float32),
+        "label": np.arange(n) % classes,
+    }
+
+
+def _expect_invalid(tmp_path, data: DataConfig, *fragments: str) -> str:
+    root = tmp_path / "storage"
+    with pytest.raises(DataValidationError) as err:
+        _run(data, root)
+    message = str(err.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    written = list(root.rglob("*")) if root.exists() else []
+    assert not [p for p in written if p.name == MANIFEST_FILE]
+    assert not [p for p in written if p.name.startswith("_incoming")]
+    return message
+
+
+def test_missing_label_column(tmp_path):
+    columns = _good()
+    columns["target"] = columns.pop("label")
+    pq.write_table(pa.table(columns), tmp_path / "t.parquet")
+    message = _expect_invalid(
+        tmp_path, DataConfig(source=str(tmp_path / "t.parquet")), "no label column 'label'"
+    )
+    assert "target" in message and "data.label_column" in message
+
+
+def test_string_feature_column(tmp_path):
+    columns = _good()
+    columns["name"] = np.array([f"n{i}" for i in range(60)], dtype=object)
+    pq.write_table(pa.table(columns), tmp_path / "t.parquet")
+    data = DataConfig(source=str(tmp_path / "t.parquet"), feature_columns=["a", "name"])
+    _expect_invalid(tmp_path, data, "'name'", "string", "data.feature_columns")
+
+
+def test_nan_labels(ray_local, tmp_path):
+    columns = _good()
+    labels = columns["label"].astype(np.float64)
+    labels[[3, 10, 40]] = np.nan
+    columns["label"] = labels
+    pq.write_table(pa.table(columns), tmp_path / "t.parquet")
+    _expect_invalid(tmp_path, DataConfig(source=str(tmp_path / "t.parquet")), "3 of 60 rows")
+
+
+def test_class_too_small_for_the_split(ray_local, tmp_path):
+    columns = _good()
+    columns["label"][[5, 17]] = 9  # class 9: two rows, but 0.15 needs at least 7
+    pq.write_table(pa.table(columns), tmp_path / "t.parquet")
+    _expect_invalid(
+        tmp_path, DataConfig(source=str(tmp_path / "t.parquet")), "class 9 has 2", "at least 7"
+    )
+
+
+def test_nan_features(ray_local, tmp_path):
+    columns = _good()
+    columns["b"][[1, 2]] = np.nan
+    pq.write_table(pa.table(columns), tmp_path / "t.parquet")
+    _expect_invalid(tmp_path, DataConfig(source=str(tmp_path / "t.parquet")), "'b': 2")
+
+
+def test_empty_parquet(tmp_path):
+    table = pa.table(_good()).slice(0, 0)
+    pq.write_table(table, tmp_path / "t.parquet")
+    _expect_invalid(tmp_path, DataConfig(source=str(tmp_path / "t.parquet")), "no rows")
+
+
+def test_truncated_parquet_among_good_files(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        pq.write_table(pa.table(_good(seed=i)), src / f"part-{i}.parquet")
+    bad = src / "part-1.parquet"
+    bad.write_bytes(bad.read_bytes()[:-100])
+    _expect_invalid(tmp_path, DataConfig(source=str(src)), str(bad), "re-export it")
+
+
+def test_csv_with_a_ragged_row(ray_local, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    rows = [f"{i * 0.5},{i % 3},{i % 2}" for i in range(40)]
+    (src / "a.csv").write_text("a,b,label\n" + "\n".join(rows) + "\n")
+    rows.insert(20, "1.0,2,0,99")  # one field too many
+    (src / "b.csv").write_text("a,b,label\n" + "\n".join(rows) + "\n")
+    message = _expect_invalid(
+        tmp_path, DataConfig(source=str(src)), str(src / "b.csv"), "re-export it"
+    )
+    assert "a.csv" not in message
+
+
+def test_good_csv_directory_preprocesses(ray_local, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for part in range(2):
+        rows = [f"{(i + part) * 0.25},{i % 5},{'cat' if i % 2 else 'dog'}" for i in range(60)]
+        (src / f"{part}.csv").write_text("a,b,kind\n" + "\n".join(rows) + "\n")
+    manifest, *_ = _run(DataConfig(source=str(src), label_column="kind"), tmp_path / "storage")
+    assert sum(manifest.rows.values()) == 120
+    assert manifest.spec.classes == ["cat", "dog"]
+    assert manifest.spec.feature_columns == ["a", "b"]
+    _, y, _ = load_split_arrays(manifest, "train")
+    assert set(y.tolist()) == {0, 1}
