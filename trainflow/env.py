@@ -22,7 +22,6 @@ def prepare_environment() -> None:
         # Ray Data progress bars garble the stage logs; the stages log their own progress.
         "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
         "RAY_AIR_NEW_OUTPUT": "0",
-        "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
         "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false",
         "GIT_PYTHON_REFRESH": "quiet",
     }

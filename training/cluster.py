@@ -17,6 +17,8 @@ _RAY_ENV_DEFAULTS = {
     "RAY_DEDUP_LOGS": "1",
     # Train V2 is the default in 2.60; say so explicitly so a user's env cannot flip it.
     "RAY_TRAIN_V2_ENABLED": "1",
+    # Tune snapshots its state after every trial event; on small sweeps that is by design.
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
 }
 
 

@@ -237,6 +237,14 @@ def _hashable_labels(labels: pd.Series) -> np.ndarray:
     return labels.astype(object).to_numpy()
 
 
+def _missing(labels: pd.Series) -> np.ndarray:
+    # Ray Data hands pandas UDFs ArrowDtype columns, where NaN is a value, not NA: check both.
+    mask = np.array(labels.isna(), dtype=bool)  # a copy: arrow-backed arrays are read-only
+    if pd.api.types.is_numeric_dtype(labels):
+        mask |= np.isnan(labels.to_numpy(dtype=np.float64, na_value=np.nan))
+    return mask
+
+
 def row_hashes(
     batch: pd.DataFrame,
     *,
@@ -274,6 +282,8 @@ def transform_batch(
 ) -> dict[str, np.ndarray]:
     """Raw rows -> {"features": float32 [n, num_features], "label": int64 [n]} (label optional)."""
     raw = _feature_matrix(batch, spec.feature_columns, spec.image_column)
+    if len(raw) == 0:  # an empty block: an image column cannot tell its width
+        raw = raw.reshape(0, spec.num_features)
     if raw.shape[1] != spec.num_features:
         raise DataValidationError(
             f"the rows give {raw.shape[1]} feature values but the model expects "
@@ -347,9 +357,21 @@ def _file_schema(file: str, fmt: str, endpoint_url: str | None) -> tuple[pa.Sche
         with fs.open_input_stream(path) as stream:
             return pacsv.open_csv(stream).schema, None
     except (pa.ArrowInvalid, OSError) as exc:
+        if _is_network(exc):
+            raise ServiceUnreachableError(
+                f"cannot read {file}: {exc}; check the network and storage.endpoint_url"
+            ) from None
         raise DataValidationError(
             f"input file {file} is not a readable {fmt} file ({exc}); {_FIX_FILE}"
         ) from None
+
+
+def _is_network(exc: BaseException) -> bool:
+    # pyarrow reports S3 trouble as OSError, like a corrupt file: a retry may fix only these.
+    text = str(exc)
+    return isinstance(exc, (ConnectionError, TimeoutError)) or any(
+        hint in text for hint in ("AWS Error", "curl", "Connection refused", "timed out")
+    )
 
 
 def _check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str | None) -> _Plan:
@@ -451,7 +473,7 @@ def _read(files: list[str], plan: _Plan, endpoint_url: str | None) -> ray.data.D
 def _summarise(batch: pd.DataFrame, plan: _Plan, split: SplitConfig) -> dict[str, np.ndarray]:
     """A tiny per-batch summary: split/class counts, null labels, non-finite values, train stats."""
     try:
-        summary = _summary(batch, plan, split)
+        summary = _summary(batch, plan, split) if len(batch) else {"rows": 0}
     except DataValidationError as exc:
         # Carried as data: Ray would wrap a raised exception and lose its type.
         summary = {"error": str(exc)}
@@ -469,7 +491,7 @@ def _summary(batch: pd.DataFrame, plan: _Plan, split: SplitConfig) -> dict[str, 
     )
     splits = assign_splits(hashes, split)
     labels = batch[plan.label]
-    null = labels.isna().to_numpy()
+    null = _missing(labels)
     frame = pd.DataFrame({"split": splits[~null], "label": labels[~null].to_numpy()})
     counts: dict[str, dict[Any, int]] = {s: {} for s in SPLITS}
     for (s, value), n in frame.groupby(["split", "label"], sort=False).size().items():
@@ -517,6 +539,8 @@ class _Stats:
     def add(self, part: dict[str, Any]) -> None:
         if "error" in part:
             raise DataValidationError(part["error"])
+        if part["rows"] == 0:
+            return
         self.rows += part["rows"]
         self.widths = (self.widths or set()) | {part["width"]}
         self.class_counts = self.class_counts or {s: {} for s in SPLITS}
@@ -624,9 +648,17 @@ def _write_rows(batch: pd.DataFrame, spec: FeatureSpec, split: SplitConfig) -> p
 
 def _read_error(exc: Exception, files: list[str], plan: _Plan, endpoint_url: str | None):
     """Turn a Ray read failure into a DataValidationError naming the file, if it is the data's."""
+    if _is_network(exc):
+        return None
     text = str(exc)
     named = sorted((f for f in files if f in text or f.removeprefix("s3://") in text), key=len)
-    for file in ([named[-1]] if named else []) + files:
+    if named:
+        candidates = named[-1:]
+    elif isinstance(exc, (OSError, ValueError, pa.ArrowException)):
+        candidates = files  # Ray's parquet errors do not always name the file: look for it
+    else:
+        return None  # not a read error (a lost worker, ...): let it be retried
+    for file in candidates:
         reason = _diagnose(file, plan, endpoint_url)
         if reason is not None:
             return DataValidationError(f"cannot read {file} as {plan.fmt}: {reason}; {_FIX_FILE}")
@@ -650,7 +682,7 @@ def _diagnose(file: str, plan: _Plan, endpoint_url: str | None) -> str | None:
                 for _ in pacsv.open_csv(stream, **_csv_options(plan)):
                     pass
     except (pa.ArrowException, OSError, ValueError) as exc:
-        return str(exc).strip().splitlines()[0]
+        return None if _is_network(exc) else str(exc).strip().splitlines()[0]
     return None
 
 

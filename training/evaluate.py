@@ -56,6 +56,21 @@ def serving_model(state: dict[str, Any]) -> NormalizedClassifier:
     return NormalizedClassifier(model, spec.mean, spec.std).eval()
 
 
+def feature_matrix(column) -> np.ndarray:
+    """A features column as float32 [n, d]: parquet list columns arrive as arrays of arrays."""
+    column = np.asarray(column)
+    if column.dtype == object:
+        column = np.stack(column)
+    return column.astype(np.float32, copy=False)
+
+
+def _single_actor():
+    import ray.data
+
+    # One model replica: the split is small next to the cost of another actor on 2 cores.
+    return ray.data.ActorPoolStrategy(size=1)
+
+
 class _BatchPredictor:
     """A Ray Data actor: builds the model once, then scores batches.
 
@@ -90,12 +105,12 @@ class _BatchPredictor:
             out[PREDICTION] = classes[probs.argmax(dim=1).numpy()]
             out[CONFIDENCE] = probs.max(dim=1).values.numpy()
             return out
-        features = np.asarray(batch[FEATURES], dtype=np.float32)
+        features = feature_matrix(batch[FEATURES])
         if self.rescale is not None:
             scale, shift = self.rescale
             features = features * scale + shift
         logits, probs = self._score(features)
-        labels = torch.as_tensor(batch[LABEL], dtype=torch.int64)
+        labels = torch.tensor(batch[LABEL], dtype=torch.int64)
         loss = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
         return {PREDICTION: probs.argmax(dim=1).numpy(), LABEL: batch[LABEL], "loss": loss.numpy()}
 
@@ -128,7 +143,7 @@ def evaluate_state(state: dict[str, Any], manifest: Manifest, split: str = "test
         fn_constructor_kwargs={"state": state, "data_spec": manifest.spec.to_dict()},
         batch_size=512,
         batch_format="numpy",
-        concurrency=1,
+        compute=_single_actor(),
     )
     n = spec.num_classes
     confusion = np.zeros((n, n), dtype=np.int64)
@@ -186,7 +201,7 @@ def predict_files(
         fn_constructor_kwargs={"state": state, "raw_input": True},
         batch_size=1024,
         batch_format="pandas",
-        concurrency=1,
+        compute=_single_actor(),
     )
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     tmp = f"{output}.tmp-{uuid.uuid4().hex[:8]}"

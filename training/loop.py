@@ -18,7 +18,7 @@ from torch import nn
 
 from training.config import PipelineConfig, validate_config
 from training.errors import TrainingDivergedError
-from training.manifest import FEATURES, LABEL, FeatureSpec
+from training.manifest import FEATURES, LABEL, SAMPLE_ID, FeatureSpec
 from training.model import build_model
 
 STATE_FILE = "state.pt"
@@ -173,15 +173,15 @@ def load_state(directory: str) -> dict[str, Any]:
     return torch.load(os.path.join(directory, STATE_FILE), map_location="cpu", weights_only=True)
 
 
-def _report_with_checkpoint(report_fn, metrics: dict[str, float], state: dict | None) -> None:
-    from ray.train import Checkpoint
-
+def _report_with_checkpoint(
+    report_fn, checkpoint_cls, metrics: dict[str, float], state: dict | None
+) -> None:
     if state is None:
         report_fn(metrics)
         return
     with tempfile.TemporaryDirectory() as tmp:
         save_state(state, tmp)
-        report_fn(metrics, checkpoint=Checkpoint.from_directory(tmp))
+        report_fn(metrics, checkpoint=checkpoint_cls.from_directory(tmp))
 
 
 class TrainContext:
@@ -204,7 +204,7 @@ class TrainContext:
         shuffle = {"local_shuffle_buffer_size": 4 * batch_size, "local_shuffle_seed": seed}
         for batch in self._shards[split].iter_torch_batches(
             batch_size=batch_size,
-            dtypes={FEATURES: torch.float32, LABEL: torch.int64},
+            dtypes={FEATURES: torch.float32, LABEL: torch.int64, SAMPLE_ID: torch.int64},
             **(shuffle if seed is not None else {}),
         ):
             yield batch[FEATURES], batch[LABEL]
@@ -234,7 +234,7 @@ class TrainContext:
             return load_state(directory)
 
     def report(self, metrics: dict[str, float], state: dict[str, Any] | None) -> None:
-        _report_with_checkpoint(self._train.report, metrics, state)
+        _report_with_checkpoint(self._train.report, self._train.Checkpoint, metrics, state)
 
 
 class TuneContext:
@@ -276,7 +276,7 @@ class TuneContext:
             return load_state(directory)
 
     def report(self, metrics: dict[str, float], state: dict[str, Any] | None) -> None:
-        _report_with_checkpoint(self._tune.report, metrics, state)
+        _report_with_checkpoint(self._tune.report, self._tune.Checkpoint, metrics, state)
 
 
 def train_worker(settings: dict[str, Any]) -> list[dict[str, float]]:

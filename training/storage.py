@@ -71,7 +71,9 @@ class StorageLayout:
     endpoint_url: str | None = None
 
     @classmethod
-    def from_config(cls, storage) -> StorageLayout:
+    def from_config(cls, config) -> StorageLayout:
+        """From a PipelineConfig's storage section (default root: <home>/storage)."""
+        storage = config.storage
         root = storage.root or str(trainflow_home() / "storage")
         return cls(root=root.rstrip("/"), endpoint_url=storage.endpoint_url)
 

@@ -177,8 +177,10 @@ def run_sweep(
                 metric=sweep.metric,
                 mode=sweep.mode,
                 num_samples=sweep.num_samples,
-                max_concurrent_trials=sweep.max_concurrent_trials,
-                search_alg=BasicVariantGenerator(random_state=sweep.seed),
+                # The generator itself limits concurrency (TuneConfig's limit only wraps Searchers).
+                search_alg=BasicVariantGenerator(
+                    random_state=sweep.seed, max_concurrent=sweep.max_concurrent_trials
+                ),
                 scheduler=ASHAScheduler(
                     time_attr="training_iteration",
                     max_t=sweep.asha.max_t,

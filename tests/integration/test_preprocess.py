@@ -20,6 +20,7 @@ from training.data import (
     read_split,
     resolve_inputs,
 )
+from training.datasets import write_synthetic
 from training.errors import DataValidationError
 from training.manifest import SPLITS
 from training.storage import StorageLayout
@@ -100,7 +101,7 @@ def test_second_call_reuses_the_manifest(digits):
 
 def test_read_split_feeds_torch_float32_vectors(digits):
     manifest = digits[0]
-    ds = read_split(manifest, "val")
+    ds = read_split(manifest, "val").materialize()  # one read; schema and count come free
     assert ds.schema().names == ["features", "label", "sample_id"]
     batch = next(iter(ds.iter_torch_batches(batch_size=32)))
     assert str(batch["features"].dtype) == "torch.float32"
@@ -212,6 +213,19 @@ def test_truncated_parquet_among_good_files(tmp_path):
     _expect_invalid(tmp_path, DataConfig(source=str(src)), str(bad), "re-export it")
 
 
+def test_parquet_with_a_corrupt_page_among_good_files(ray_local, tmp_path):
+    # The footer is intact, so only Ray's read fails: the error must still name the file.
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        pq.write_table(pa.table(_good(seed=i)), src / f"part-{i}.parquet")
+    bad = src / "part-2.parquet"
+    raw = bytearray(bad.read_bytes())
+    raw[4:40] = bytes(b ^ 0x5A for b in raw[4:40])  # the first page header
+    bad.write_bytes(bytes(raw))
+    _expect_invalid(tmp_path, DataConfig(source=str(src)), str(bad), "re-export it")
+
+
 def test_csv_with_a_ragged_row(ray_local, tmp_path):
     src = tmp_path / "src"
     src.mkdir()
@@ -237,3 +251,22 @@ def test_good_csv_directory_preprocesses(ray_local, tmp_path):
     assert manifest.spec.feature_columns == ["a", "b"]
     _, y, _ = load_split_arrays(manifest, "train")
     assert set(y.tolist()) == {0, 1}
+
+
+def test_image_column_preprocesses(ray_local, tmp_path):
+    src = tmp_path / "images.parquet"
+    write_synthetic(src, 400, seed=1, side=8)
+    data = DataConfig(source=str(src), image_column="image", image_shape=[1, 8, 8])
+    manifest, *_ = _run(data, tmp_path / "storage")
+    assert manifest.spec.input_shape == [1, 8, 8] and manifest.spec.image_column == "image"
+    assert sum(manifest.rows.values()) == 400
+    x, _, _ = load_split_arrays(manifest, "train")
+    assert x.shape == (manifest.rows["train"], 64)
+    np.testing.assert_allclose(x.mean(axis=0), 0, atol=1e-4)
+
+
+def test_image_shape_must_match_the_image_column(tmp_path):
+    src = tmp_path / "images.parquet"
+    write_synthetic(src, 50, seed=1, side=8)
+    data = DataConfig(source=str(src), image_column="image", image_shape=[1, 7, 7])
+    _expect_invalid(tmp_path, data, "data.image_shape [1, 7, 7] holds 49", "has 64")

@@ -11,7 +11,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from training.config import BUILTIN_DIGITS, DataConfig, SplitConfig
-from training.data import fingerprint, input_format, resolve_inputs, transform_batch
+from training.data import (
+    _Plan,
+    _read_error,
+    fingerprint,
+    input_format,
+    resolve_inputs,
+    transform_batch,
+)
 from training.datasets import ensure_digits, synthetic_images, write_synthetic
 from training.errors import DataValidationError
 from training.manifest import FeatureSpec
@@ -106,6 +113,23 @@ def test_fingerprint_is_stable_and_sensitive_to_bytes_and_config(tmp_path):
     assert fingerprint(data, files) != first
 
 
+def test_a_ray_read_error_is_traced_to_the_file(tmp_path):
+    good, bad = tmp_path / "a.csv", tmp_path / "b.csv"
+    good.write_text("x,label\n1,0\n")
+    bad.write_text("x,label\n1,0\n2,1,7\n")
+    plan = _Plan("csv", "label", ["x"], None, 1)
+    files = [str(good), str(bad)]
+    # Ray's words for a CSV it cannot parse: the file, but not the reason.
+    ray_error = ValueError(f"Failed to read CSV file: {bad}. Please check the CSV file")
+    err = _read_error(ray_error, files, plan, None)
+    assert isinstance(err, DataValidationError)
+    assert str(bad) in str(err) and "Expected 2 columns, got 3" in str(err)
+    assert str(good) not in str(err)
+    # Not a read error, or a network one: left alone so that a retry can fix it.
+    assert _read_error(RuntimeError("worker died"), files, plan, None) is None
+    assert _read_error(OSError(f"AWS Error NETWORK_CONNECTION on {bad}"), files, plan, None) is None
+
+
 # --- transform_batch ------------------------------------------------------------------------
 
 
@@ -148,6 +172,14 @@ def test_transform_flattens_an_image_column():
     batch = pd.DataFrame({"img": [np.arange(4.0).reshape(2, 2), np.ones((2, 2))], "y": ["cat"] * 2})
     out = transform_batch(batch, spec, with_labels=True)
     np.testing.assert_allclose(out["features"], [[0, 0.5, 1, 1.5], [0.5] * 4])
+
+
+def test_transform_of_an_empty_batch_keeps_the_width():
+    spec = _spec(feature_columns=None, image_column="img", input_shape=[1, 2, 2])
+    spec.mean, spec.std = [0.0] * 4, [1.0] * 4
+    empty = pd.DataFrame({"img": pd.Series([], dtype=object), "y": pd.Series([], dtype=object)})
+    out = transform_batch(empty, spec, with_labels=True)
+    assert out["features"].shape == (0, 4) and out["label"].shape == (0,)
 
 
 def test_transform_names_a_missing_feature_column():
