@@ -7,6 +7,7 @@ with columns ``features`` (fixed-size float32 list), ``label`` (int64 class inde
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -160,8 +161,8 @@ def _split_key(seed: int) -> str:
 
 
 def _keyed_mix(hashes: np.ndarray, key: str) -> np.ndarray:
-    """splitmix64 of (hash XOR key): pandas ignores hash_key for numeric columns, so the seed
-    must enter here or every seed would give the same split."""
+    """splitmix64 of (hash XOR key)."""
+    # pandas ignores hash_key for numeric columns: without this every seed gives the same split.
     z = hashes ^ np.uint64(int(key, 16))
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -255,8 +256,12 @@ def row_hashes(
 ) -> np.ndarray:
     """A seeded 64-bit hash (uint64) of each row's features and label: its identity and split."""
     raw = _feature_matrix(batch, feature_columns, image_column)
+    return _hash_rows(raw, batch[label_column], seed)
+
+
+def _hash_rows(raw: np.ndarray, labels: pd.Series, seed: int) -> np.ndarray:
     frame = pd.DataFrame(raw)
-    frame[raw.shape[1]] = _hashable_labels(batch[label_column])
+    frame[raw.shape[1]] = _hashable_labels(labels)
     key = _split_key(seed)
     hashed = pd.util.hash_pandas_object(frame, index=False, hash_key=key)
     return _keyed_mix(hashed.to_numpy(dtype=np.uint64), key)
@@ -317,7 +322,6 @@ class _Plan:
     label: str
     features: list[str] | None
     image: str | None
-    width: int | None  # values per row when the schema tells; None for variable-size lists
 
     @property
     def columns(self) -> list[str]:
@@ -333,16 +337,17 @@ def _is_numeric(dtype: pa.DataType) -> bool:
     )
 
 
-def _csv_options(plan: _Plan | None) -> dict[str, Any]:
+def _csv_options(plan: _Plan) -> dict[str, Any]:
     import pyarrow.csv as pacsv
 
-    if plan is None:
-        return {}
     # Fixed feature types: blocks (and files) whose inference differs (int vs float) still concat.
-    types = {c: pa.float64() for c in plan.features or []}
-    return {
-        "convert_options": pacsv.ConvertOptions(column_types=types, include_columns=plan.columns)
-    }
+    # strings_can_be_null: an empty label cell is a missing label, not a class named "".
+    options = pacsv.ConvertOptions(
+        column_types={c: pa.float64() for c in plan.features or []},
+        include_columns=plan.columns,
+        strings_can_be_null=True,
+    )
+    return {"convert_options": options}
 
 
 def _file_schema(file: str, fmt: str, endpoint_url: str | None) -> tuple[pa.Schema, int | None]:
@@ -427,7 +432,7 @@ def _check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: st
             f"data.image_shape {data.image_shape} holds {math.prod(data.image_shape)} values but "
             f"each row has {width}; fix data.image_shape"
         )
-    return _Plan(fmt, data.label_column, features, data.image_column, width)
+    return _Plan(fmt, data.label_column, features, data.image_column)
 
 
 def _check_image_column(file: str, schema: pa.Schema, column: str) -> int | None:
@@ -482,15 +487,8 @@ def _summarise(batch: pd.DataFrame, plan: _Plan, split: SplitConfig) -> dict[str
 
 def _summary(batch: pd.DataFrame, plan: _Plan, split: SplitConfig) -> dict[str, Any]:
     raw = _feature_matrix(batch, plan.features, plan.image)
-    hashes = row_hashes(
-        batch,
-        label_column=plan.label,
-        feature_columns=plan.features,
-        image_column=plan.image,
-        seed=split.seed,
-    )
-    splits = assign_splits(hashes, split)
     labels = batch[plan.label]
+    splits = assign_splits(_hash_rows(raw, labels, split.seed), split)
     null = _missing(labels)
     frame = pd.DataFrame({"split": splits[~null], "label": labels[~null].to_numpy()})
     counts: dict[str, dict[Any, int]] = {s: {} for s in SPLITS}
@@ -726,12 +724,9 @@ def preprocess(
         batch_size=_BATCH_ROWS,
         fn_kwargs={"plan": plan, "split": data.split},
     )
-    _run(
-        lambda: [stats.add(pickle.loads(r["summary"])) for r in summaries.iter_rows()],
-        files,
-        plan,
-        in_endpoint,
-    )
+    with _naming_bad_files(files, plan, in_endpoint):
+        for row in summaries.iter_rows():
+            stats.add(pickle.loads(row["summary"]))
     classes = _validate(stats, data, plan, files)
 
     n_train, mean, m2 = stats.train
@@ -754,7 +749,8 @@ def preprocess(
         fn_kwargs={"spec": spec, "split": data.split},
         udf_modifying_row_count=False,
     )
-    _run(lambda: _write(rows_out, data_dir, layout.endpoint_url), files, plan, in_endpoint)
+    with _naming_bad_files(files, plan, in_endpoint):
+        _write(rows_out, data_dir, layout.endpoint_url)
 
     class_counts = {
         s: {str(v): stats.class_counts[s][v] for v in classes if v in stats.class_counts[s]}
@@ -777,9 +773,11 @@ def preprocess(
     return manifest
 
 
-def _run(action, files: list[str], plan: _Plan, endpoint_url: str | None):
+@contextlib.contextmanager
+def _naming_bad_files(files: list[str], plan: _Plan, endpoint_url: str | None):
+    """Re-raise a Ray read failure as a DataValidationError naming the file, where it is one."""
     try:
-        return action()
+        yield
     except DataValidationError:
         raise
     except Exception as exc:

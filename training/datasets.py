@@ -6,6 +6,7 @@ them.
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Iterator
@@ -21,11 +22,14 @@ DIGITS_SIDE = 8
 _CHUNK_ROWS = 20_000
 
 
+@functools.lru_cache(maxsize=1)  # load_digits parses a gzipped CSV: once per process is enough
 def _digits() -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
-    return bunch.data.astype(np.float32), bunch.target.astype(np.int64)
+    pixels, labels = bunch.data.astype(np.float32), bunch.target.astype(np.int64)
+    pixels.flags.writeable = labels.flags.writeable = False  # shared by every caller
+    return pixels, labels
 
 
 def _write_atomic(table: pa.Table, path: Path) -> None:

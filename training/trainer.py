@@ -14,6 +14,22 @@ from training.storage import StorageLayout
 
 log = logging.getLogger(__name__)
 
+# Splits smaller than this are kept in the object store across epochs: re-reading parquet every
+# epoch costs seconds per epoch on small data; larger splits stream from storage as usual.
+MATERIALIZE_BELOW_BYTES = 256 * 1024**2
+
+
+def training_datasets(manifest: Manifest) -> dict:
+    """The train/val Ray Datasets, cached in the object store when small."""
+    from training.data import read_split
+
+    datasets = {}
+    for split in ("train", "val"):
+        dataset = read_split(manifest, split)
+        size = manifest.rows[split] * manifest.spec.num_features * 4
+        datasets[split] = dataset.materialize() if size < MATERIALIZE_BELOW_BYTES else dataset
+    return datasets
+
 
 @dataclass
 class TrainOutcome:
@@ -44,8 +60,6 @@ def build_trainer(
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from training.data import read_split
-
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
     return TorchTrainer(
@@ -58,7 +72,7 @@ def build_trainer(
             placement_strategy=train.placement_strategy,
         ),
         torch_config=TorchConfig(backend=train.backend, timeout_s=train.timeout_s),
-        datasets={"train": read_split(manifest, "train"), "val": read_split(manifest, "val")},
+        datasets=training_datasets(manifest),
         run_config=ray.train.RunConfig(
             # A deterministic name under the run's storage: a re-run with the same run id resumes.
             name=name,

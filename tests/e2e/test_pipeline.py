@@ -135,7 +135,8 @@ def test_second_run_reuses_preprocessing_and_serves_the_champion(home, first_run
     table = pq.read_table(preds)
     assert table.num_rows == 50
     agreement = sum(
-        int(p == t) for p, t in zip(table["prediction"].to_pylist(), raw["label"].to_pylist())
+        int(p == t)
+        for p, t in zip(table["prediction"].to_pylist(), raw["label"].to_pylist(), strict=True)
     )
     assert agreement >= 40
 

@@ -43,7 +43,9 @@ def test_split_ignores_row_order_and_batch_boundaries():
     shuffled = frame.iloc[order].reset_index(drop=True)
     # Uneven batches, as Ray Data might hand them out.
     edges = [0, 7, 1000, 1001, 2500, len(frame)]
-    pieces = [_splits(shuffled.iloc[lo:hi], split) for lo, hi in zip(edges, edges[1:])]
+    pieces = [
+        _splits(shuffled.iloc[lo:hi], split) for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+    ]
     batched = np.concatenate(pieces)
     np.testing.assert_array_equal(batched, whole[order])
 
