@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-import cloudpickle
 import pytest
+import ray.cloudpickle as cloudpickle
 
 from training import data
 from training.config import load_config
