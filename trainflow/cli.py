@@ -179,7 +179,7 @@ def predict(
         state = _model_state(config, model)
         source = DataConfig(source=str(input_path.resolve()), label_column="__none__")
         files = data.resolve_inputs(source)
-        fmt = "csv" if files[0].endswith(".csv") else "parquet"
+        fmt = data.input_format(source, files)
         cluster.connect(config.ray)
         rows = predict_files(state, files, str(output), fmt=fmt)
     except TrainflowError as exc:

@@ -15,6 +15,7 @@ import math
 import os
 import pickle
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,8 @@ _SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 # Rows per map_batches call: bounds worker memory for wide images.
 _BATCH_ROWS = 4096
 _FIX_FILE = "re-export it or remove it from the input directory"
+_FOOTER_ACTORS = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
+_env_lock = threading.Lock()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,6 +462,30 @@ def _check_image_column(file: str, schema: pa.Schema, column: str) -> int | None
 # Ray Data passes
 
 
+def _read_parquet(paths: list[str], fs, columns: list[str] | None) -> ray.data.Dataset:
+    """``ray.data.read_parquet`` of chosen files, with as few footer-reading actors as needed."""
+    import ray.data
+
+    # Ray 2.60 starts 32 footer-reading actors (processes) per parquet read unless told
+    # otherwise: seconds of start-up and GBs of memory on a small machine. The reader takes
+    # the count from the environment when the dataset is created, so set it just for this.
+    with _env_lock:
+        preset = os.environ.get(_FOOTER_ACTORS)
+        if preset is None:
+            os.environ[_FOOTER_ACTORS] = str(min(32, math.ceil(len(paths) / 10)))
+        try:
+            # file_extensions=None: the files are chosen already (Ray's default drops *.pq);
+            # partitioning=None: a `k=v` directory in a path must not become a column.
+            ds = ray.data.read_parquet(
+                paths, filesystem=fs, file_extensions=None, partitioning=None
+            )
+        finally:
+            if preset is None:
+                os.environ.pop(_FOOTER_ACTORS, None)
+    # read_parquet(columns=) is deprecated in 2.60
+    return ds.select_columns(columns) if columns else ds
+
+
 def _read(files: list[str], plan: _Plan, endpoint_url: str | None) -> ray.data.Dataset:
     import ray.data
 
@@ -467,12 +494,11 @@ def _read(files: list[str], plan: _Plan, endpoint_url: str | None) -> ray.data.D
     if is_remote(files[0]):
         fs = filesystem(files[0], endpoint_url)[0]
         paths = [filesystem(f, endpoint_url)[1] for f in files]
-    # file_extensions=None: the files are already chosen (Ray's default drops *.pq), and
-    # partitioning=None: a `k=v` directory in a user's path must not become a column.
-    common = {"filesystem": fs, "file_extensions": None, "partitioning": None}
     if plan.fmt == "parquet":
-        return ray.data.read_parquet(paths, columns=plan.columns, **common)
-    return ray.data.read_csv(paths, **common, **_csv_options(plan))
+        return _read_parquet(paths, fs, plan.columns)
+    return ray.data.read_csv(
+        paths, filesystem=fs, file_extensions=None, partitioning=None, **_csv_options(plan)
+    )
 
 
 def _summarise(batch: pd.DataFrame, plan: _Plan, split: SplitConfig) -> dict[str, np.ndarray]:
@@ -839,14 +865,23 @@ def load_split_arrays(
     return features[order].astype(np.float32, copy=False), labels[order], ids[order]
 
 
-def read_split(manifest: Manifest, split: str, endpoint_url: str | None = None) -> ray.data.Dataset:
-    """One split as a Ray Dataset with columns features/label/sample_id."""
+def read_raw(files: list[str], fmt: str, endpoint_url: str | None = None) -> ray.data.Dataset:
+    """New raw rows (every column) as a Ray Dataset, read like the training input."""
     import ray.data
 
+    fs, paths = None, files
+    if is_remote(files[0]):
+        fs = filesystem(files[0], endpoint_url)[0]
+        paths = [filesystem(f, endpoint_url)[1] for f in files]
+    if fmt == "parquet":
+        return _read_parquet(paths, fs, None)
+    return ray.data.read_csv(paths, filesystem=fs, file_extensions=None, partitioning=None)
+
+
+def read_split(manifest: Manifest, split: str, endpoint_url: str | None = None) -> ray.data.Dataset:
+    """One split as a Ray Dataset with columns features/label/sample_id."""
     uri = manifest.split_uris[split]
-    fs = None
-    if is_remote(uri):
-        fs, uri = filesystem(uri, endpoint_url)
-    return ray.data.read_parquet(
-        uri, filesystem=fs, columns=[FEATURES, LABEL, SAMPLE_ID], partitioning=None
-    )
+    fs, path = filesystem(uri, endpoint_url)
+    listing = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    files = sorted(i.path for i in listing if i.type == pafs.FileType.File)
+    return _read_parquet(files, fs if is_remote(uri) else None, [FEATURES, LABEL, SAMPLE_ID])

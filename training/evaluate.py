@@ -193,10 +193,10 @@ def predict_files(
 ) -> int:
     """Score raw rows (same columns as training); write inputs + prediction, whole or nothing."""
     import pyarrow.parquet as pq
-    import ray.data
 
-    reader = ray.data.read_csv if fmt == "csv" else ray.data.read_parquet
-    scored = reader(files).map_batches(
+    from training.data import read_raw
+
+    scored = read_raw(files, fmt).map_batches(
         _BatchPredictor,
         fn_constructor_kwargs={"state": state, "raw_input": True},
         batch_size=1024,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from training.errors import StorageError
+from training.errors import ServiceUnreachableError, StorageError
 
 HOME_ENV = "TRAINFLOW_HOME"
 
@@ -100,9 +100,9 @@ def exists(uri: str, endpoint_url: str | None = None) -> bool:
     try:
         return fs.get_file_info(path).type != pafs.FileType.NotFound
     except OSError as exc:
-        raise StorageError(
-            f"cannot reach {uri}: {exc}; check the path or storage.endpoint_url"
-        ) from None
+        # A remote store that does not answer may come back: let the task retry it.
+        error = ServiceUnreachableError if is_remote(uri) else StorageError
+        raise error(f"cannot reach {uri}: {exc}; check the path or storage.endpoint_url") from None
 
 
 def read_text(uri: str, endpoint_url: str | None = None) -> str:

@@ -99,7 +99,7 @@ def test_mlflow_run_tree_histories_and_registry(first_run, client):
     assert not [r.info.run_id for r in all_runs if r.info.status == "RUNNING"]
 
     version = client.get_model_version_by_alias("digits-smoke", "champion")
-    assert version.version == str(summary["model"]["version"])
+    assert str(version.version) == str(summary["model"]["version"])
     assert version.run_id == stages["train"].info.run_id
     assert "challenger" in client.get_model_version("digits-smoke", version.version).aliases
 
