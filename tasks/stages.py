@@ -89,8 +89,27 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         sweep_run, {"best_trial_id": outcome.best_trial_id, "best_params": outcome.best_params}
     )
     tracker.log_dict(sweep_run, outcome.to_dict(), "sweep_summary.json")
+    _tag_trial_fates(tracker, sweep_run, outcome)
     tracker.end_run(sweep_run)
     return outcome
+
+
+def _tag_trial_fates(tracker, sweep_run: str, outcome: SweepOutcome) -> None:
+    """Tag each trial's MLflow run with how it ended: completed, stopped early (when), errored."""
+    by_id = {trial.trial_id: trial for trial in outcome.trials}
+    for run in tracker.find_runs(sweep_run):
+        trial_name = run.data.tags.get("trial_name", "")
+        trial = next((t for i, t in by_id.items() if trial_name.endswith(i)), None)
+        if trial is None:
+            continue
+        tags = {"trainflow.trial_id": trial.trial_id, "trainflow.fate": trial.status}
+        if trial.status == "stopped-early":
+            tags["trainflow.stopped_at_iteration"] = trial.epochs
+        if trial.error:
+            tags["trainflow.error"] = trial.error
+        if trial.trial_id == outcome.best_trial_id:
+            tags["trainflow.best"] = "true"
+        tracker.set_tags(run.info.run_id, tags)
 
 
 @task(name="train", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)

@@ -82,10 +82,16 @@ def test_mlflow_run_tree_histories_and_registry(first_run, client):
 
     trials = _children(client, experiment_id, stages["sweep"].info.run_id)
     assert len(trials) == 4
+    fates = {
+        t.data.tags.get("trainflow.trial_id"): t.data.tags.get("trainflow.fate") for t in trials
+    }
+    assert fates == {t["trial_id"]: t["status"] for t in summary["sweep"]["trials"]}
     for trial in trials:
         history = client.get_metric_history(trial.info.run_id, "val_accuracy")
-        assert history, trial.info.run_id
+        assert [m.step for m in history] == list(range(1, len(history) + 1)), trial.info.run_id
         assert "train.lr" in trial.data.params
+        if trial.data.tags["trainflow.fate"] == "stopped-early":
+            assert int(trial.data.tags["trainflow.stopped_at_iteration"]) == len(history)
 
     train_history = client.get_metric_history(stages["train"].info.run_id, "val_loss")
     assert sorted(m.step for m in train_history) == [1, 2, 3]
@@ -139,6 +145,17 @@ def test_second_run_reuses_preprocessing_and_serves_the_champion(home, first_run
         for p, t in zip(table["prediction"].to_pylist(), raw["label"].to_pylist(), strict=True)
     )
     assert agreement >= 40
+
+    proc = _run(
+        home,
+        "evaluate",
+        "--config",
+        "configs/smoke.yaml",
+        "--model",
+        "models:/digits-smoke@champion",
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "test_accuracy" in proc.stdout
 
 
 def test_bad_input_fails_fast_with_one_clear_message(home, first_run, client):

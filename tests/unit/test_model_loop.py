@@ -1,0 +1,175 @@
+"""Models, the loop's resume logic, checkpoint round-trips and safety, metrics (no Ray)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from training.config import ModelConfig, load_config
+from training.errors import TrainingDivergedError
+from training.evaluate import metrics_from_confusion, model_from_state, serving_model
+from training.loop import load_state, loop_config, run_loop, save_state
+from training.manifest import FeatureSpec
+from training.model import CNN, MLP, NormalizedClassifier, build_model
+
+
+@pytest.mark.parametrize(
+    ("cfg", "shape", "expected_type"),
+    [
+        (ModelConfig(kind="mlp", hidden_sizes=[32, 16]), [64], MLP),
+        (ModelConfig(kind="cnn", channels=[4, 8]), [1, 8, 8], CNN),
+        (ModelConfig(kind="cnn", channels=[4, 8, 8]), [3, 28, 28], CNN),
+    ],
+)
+def test_models_map_batches_to_logits(cfg, shape, expected_type):
+    model = build_model(cfg, shape, num_classes=7)
+    assert isinstance(model, expected_type)
+    flat = torch.randn(5, int(np.prod(shape)))
+    assert model(flat).shape == (5, 7)
+
+
+def test_cnn_needs_an_image_shape():
+    with pytest.raises(ValueError, match="image shape"):
+        build_model(ModelConfig(kind="cnn"), [64], 10)
+
+
+def test_normalized_classifier_applies_train_statistics():
+    inner = torch.nn.Identity()
+    model = NormalizedClassifier(inner, mean=[1.0, 2.0], std=[2.0, 0.0])
+    out = model(torch.tensor([[3.0, 5.0]]))
+    # (3-1)/2 = 1; std 0 is treated as 1, so (5-2)/1 = 3
+    assert out.tolist() == [[1.0, 3.0]]
+
+
+SPEC = FeatureSpec(
+    label_column="label",
+    classes=[0, 1, 2],
+    input_shape=[4],
+    mean=[0.0] * 4,
+    std=[1.0] * 4,
+    feature_columns=["a", "b", "c", "d"],
+)
+
+
+def _toy_data(n=60, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.arange(n) % 3
+    features = torch.randn(n, 4, generator=generator) * 0.1
+    features[:, 0] += labels.float()  # separable on the first feature
+    return features, labels
+
+
+class FakeContext:
+    """Our own stand-in for the Ray contexts: records reports, replays a saved state."""
+
+    world_size = 1
+    rank = 0
+
+    def __init__(self, state=None, fail_after_epoch=None):
+        self.reports = []
+        self.state = state
+        self.fail_after_epoch = fail_after_epoch
+        self.train, self.val = _toy_data(), _toy_data(seed=1)
+
+    def train_batches(self, epoch, batch_size):
+        for start in range(0, len(self.train[1]), batch_size):
+            yield (
+                self.train[0][start : start + batch_size],
+                self.train[1][start : start + batch_size],
+            )
+
+    def val_batches(self, batch_size):
+        yield self.val
+
+    def prepare_model(self, model):
+        return model
+
+    def all_reduce_sum(self, values):
+        return values
+
+    def latest_state(self):
+        return self.state
+
+    def report(self, metrics, state):
+        self.reports.append((metrics, state))
+        if self.fail_after_epoch == metrics["epoch"]:
+            raise RuntimeError("injected")
+
+
+def _settings(epochs=4, *sets):
+    config = load_config(None, ["train.batch_size=16", "train.lr=0.05", *sets])
+    return loop_config(config, SPEC, epochs)
+
+
+def test_loop_reports_each_epoch_and_learns():
+    ctx = FakeContext()
+    history = run_loop(_settings(), ctx)
+    assert [m["epoch"] for m in history] == [1, 2, 3, 4]
+    assert [m["epoch"] for m, _ in ctx.reports] == [1, 2, 3, 4]
+    assert history[-1]["val_accuracy"] > 0.9
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+
+
+def test_loop_resumes_from_state_with_every_epoch_once():
+    first = FakeContext(fail_after_epoch=2)
+    with pytest.raises(RuntimeError, match="injected"):
+        run_loop(_settings(), first)
+    _, state = first.reports[-1]
+    resumed = FakeContext(state=state)
+    history = run_loop(_settings(), resumed)
+    assert [m["epoch"] for m, _ in resumed.reports] == [3, 4]  # no epoch repeated
+    assert [m["epoch"] for m in history] == [1, 2, 3, 4]  # history survives the restart
+    # Resuming replays exactly what an uninterrupted run computes (seeded per epoch).
+    straight = run_loop(_settings(), FakeContext())
+    assert history[-1]["val_loss"] == pytest.approx(straight[-1]["val_loss"], rel=1e-5)
+
+
+def test_loop_refuses_divergence_with_a_fix():
+    with pytest.raises(TrainingDivergedError, match="lower train.lr"):
+        run_loop(_settings(3, "train.lr=1.0e+30", "train.lr_schedule=constant"), FakeContext())
+
+
+def test_checkpoint_round_trip_rebuilds_the_same_model(tmp_path):
+    ctx = FakeContext()
+    run_loop(_settings(2), ctx)
+    _, state = ctx.reports[-1]
+    save_state(state, str(tmp_path))
+    loaded = load_state(str(tmp_path))
+    model, spec = model_from_state(loaded)
+    assert spec == SPEC
+    x = _toy_data()[0][:5]
+    reference, _ = model_from_state(state)
+    assert torch.equal(model(x), reference(x))
+    assert serving_model(loaded)(x).shape == (5, 3)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_checkpoint_with_code_in_its_pickle_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    exploit = _Exploit()
+    exploit.marker = marker
+    with open(tmp_path / "state.pt", "wb") as handle:
+        pickle.dump({"model": exploit}, handle)
+    with pytest.raises(pickle.UnpicklingError):
+        load_state(str(tmp_path))
+    assert not marker.exists()
+
+
+def test_metrics_from_confusion_matrix():
+    confusion = np.array([[8, 2], [1, 9]])
+    result = metrics_from_confusion(confusion, loss_sum=4.0, class_names=["a", "b"])
+    assert result.metrics["test_accuracy"] == pytest.approx(17 / 20)
+    assert result.metrics["test_loss"] == pytest.approx(0.2)
+    a, b = result.per_class
+    assert a["precision"] == pytest.approx(8 / 9) and a["recall"] == pytest.approx(0.8)
+    assert b["precision"] == pytest.approx(9 / 11) and b["recall"] == pytest.approx(0.9)
+    f1 = [2 * p * r / (p + r) for p, r in ((8 / 9, 0.8), (9 / 11, 0.9))]
+    assert result.metrics["test_macro_f1"] == pytest.approx(sum(f1) / 2)
