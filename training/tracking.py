@@ -651,10 +651,14 @@ class Tracker:
     def model_files(self, model_uri: str, dst_path: str | None = None) -> Path:
         """The local path of our state file inside the model at ``model_uri``
         (``models:/name@alias``, ``models:/name/version``, ``models:/m-...`` or ``runs:/...``)."""
+        import mlflow
         import mlflow.artifacts
         from mlflow.exceptions import MlflowException
         from mlflow.models import Model
 
+        # models:/ URIs resolve through the process-wide registry URI, whatever is passed below.
+        mlflow.set_tracking_uri(self.tracking_uri)
+        mlflow.set_registry_uri(self.tracking_uri)
         try:
             local = mlflow.artifacts.download_artifacts(
                 artifact_uri=model_uri,

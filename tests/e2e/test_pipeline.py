@@ -14,15 +14,19 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TRAINFLOW = [sys.executable, "-m", "trainflow"]
+SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 
 
 def _run(home: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "TRAINFLOW_HOME": str(home)}
     for key in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "RAY_ADDRESS", "PREFECT_HOME"):
         env.pop(key, None)
+    # Run from an empty directory: nothing may be written outside the trainflow home.
+    workdir = home / "cwd"
+    workdir.mkdir(exist_ok=True)
     return subprocess.run(
         [*TRAINFLOW, *args],
-        cwd=REPO_ROOT,
+        cwd=workdir,
         env=env,
         capture_output=True,
         text=True,
@@ -38,7 +42,7 @@ def home(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def first_run(home):
     out = home / "summary-1.json"
-    proc = _run(home, "run", "--config", "configs/smoke.yaml", "--summary-json", str(out))
+    proc = _run(home, "run", "--config", SMOKE, "--summary-json", str(out))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return json.loads(out.read_text()), proc
 
@@ -112,7 +116,7 @@ def test_mlflow_run_tree_histories_and_registry(first_run, client):
 
 def test_second_run_reuses_preprocessing_and_serves_the_champion(home, first_run, tmp_path):
     out = home / "summary-2.json"
-    proc = _run(home, "run", "--config", "configs/smoke.yaml", "--summary-json", str(out))
+    proc = _run(home, "run", "--config", SMOKE, "--summary-json", str(out))
     assert proc.returncode == 0, proc.stderr[-4000:]
     second = json.loads(out.read_text())
     assert second["data"]["preprocess_cached"] is True
@@ -129,7 +133,7 @@ def test_second_run_reuses_preprocessing_and_serves_the_champion(home, first_run
         home,
         "predict",
         "--config",
-        "configs/smoke.yaml",
+        SMOKE,
         "--model",
         "models:/digits-smoke@champion",
         "--input",
@@ -150,17 +154,18 @@ def test_second_run_reuses_preprocessing_and_serves_the_champion(home, first_run
         home,
         "evaluate",
         "--config",
-        "configs/smoke.yaml",
+        SMOKE,
         "--model",
         "models:/digits-smoke@champion",
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "test_accuracy" in proc.stdout
+    assert list((home / "cwd").iterdir()) == []  # no stray mlflow.db / mlruns in the cwd
 
 
 def test_bad_input_fails_fast_with_one_clear_message(home, first_run, client):
     before = client.search_model_versions("name='digits-smoke'")
-    proc = _run(home, "run", "--config", "configs/smoke.yaml", "--set", "data.label_column=species")
+    proc = _run(home, "run", "--config", SMOKE, "--set", "data.label_column=species")
     assert proc.returncode != 0
     assert "species" in proc.stderr and "data.label_column" in proc.stderr
     assert "Retry" not in proc.stdout + proc.stderr  # never retried

@@ -111,3 +111,24 @@ def test_asha_sweep_stops_a_trial_early_and_picks_a_healthy_best(manifest, layou
     # Re-running with the same run id restores the finished sweep instead of starting over.
     again = run_sweep(config, manifest, "sweep-4", layout)
     assert {t.trial_id for t in again.trials} == {t.trial_id for t in outcome.trials}
+
+
+def test_trials_with_two_workers_each_drive_a_torch_trainer(manifest, layout):
+    config = load_config(
+        None,
+        [
+            "sweep.workers_per_trial=2",
+            "sweep.num_samples=2",
+            "sweep.max_concurrent_trials=1",
+            "sweep.asha.max_t=2",
+            "sweep.asha.grace_period=1",
+        ],
+    )
+    outcome = run_sweep(config, manifest, "sweep-ddp", layout)
+    assert [t.epochs for t in outcome.trials] == [2, 2]
+    assert all(t.metrics["val_accuracy"] > 0.5 for t in outcome.trials)
+    # Each trial ran its own Ray Train run (Tune over Train), named after the trial.
+    runs = os.listdir(layout.runs_dir("sweep-ddp"))
+    assert sorted(r for r in runs if r.startswith("trial-")) == sorted(
+        f"trial-{t.trial_id}" for t in outcome.trials
+    )
