@@ -49,9 +49,9 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
                 # The dashboard serves the State API that Train V2 uses to clean up placement
                 # groups of trials stopped by ASHA; without it later trials hang.
                 include_dashboard=True,
-                # Bind everything to loopback: nothing of ours listens on other interfaces.
+                # The dashboard's HTTP API stays on loopback. (Ray's own gRPC ports bind to all
+                # interfaces and Ray maps 127.0.0.1 to the host IP; see docs/architecture.md.)
                 dashboard_host="127.0.0.1",
-                _node_ip_address="127.0.0.1",
                 runtime_env=runtime_env,
                 configure_logging=True,
                 logging_level=logging.WARNING,
