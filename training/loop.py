@@ -173,24 +173,34 @@ def load_state(directory: str) -> dict[str, Any]:
     return torch.load(os.path.join(directory, STATE_FILE), map_location="cpu", weights_only=True)
 
 
-def _report_with_checkpoint(
-    report_fn, checkpoint_cls, metrics: dict[str, float], state: dict | None
-) -> None:
-    if state is None:
-        report_fn(metrics)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        save_state(state, tmp)
-        report_fn(metrics, checkpoint=checkpoint_cls.from_directory(tmp))
+class _RayReporting:
+    """Checkpoints and reports through ``ray.train`` or ``ray.tune`` (same API, two modules)."""
+
+    _api: Any  # the ray.train or ray.tune module
+
+    def latest_state(self) -> dict[str, Any] | None:
+        checkpoint = self._api.get_checkpoint()
+        if checkpoint is None:
+            return None
+        with checkpoint.as_directory() as directory:
+            return load_state(directory)
+
+    def report(self, metrics: dict[str, float], state: dict[str, Any] | None) -> None:
+        if state is None:
+            self._api.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            save_state(state, tmp)
+            self._api.report(metrics, checkpoint=self._api.Checkpoint.from_directory(tmp))
 
 
-class TrainContext:
+class TrainContext(_RayReporting):
     """Inside a Ray Train worker: Ray Data shards, DDP, ``ray.train.report``."""
 
     def __init__(self, seed: int) -> None:
         import ray.train
 
-        self._train = ray.train
+        self._api = ray.train
         self._seed = seed
         context = ray.train.get_context()
         self.world_size = context.get_world_size()
@@ -226,18 +236,9 @@ class TrainContext:
             torch.distributed.all_reduce(values)
         return values
 
-    def latest_state(self) -> dict[str, Any] | None:
-        checkpoint = self._train.get_checkpoint()
-        if checkpoint is None:
-            return None
-        with checkpoint.as_directory() as directory:
-            return load_state(directory)
-
-    def report(self, metrics: dict[str, float], state: dict[str, Any] | None) -> None:
-        _report_with_checkpoint(self._train.report, self._train.Checkpoint, metrics, state)
 
 
-class TuneContext:
+class TuneContext(_RayReporting):
     """Inside a plain Tune function trial: one process, in-memory splits, ``ray.tune.report``."""
 
     world_size = 1
@@ -246,7 +247,7 @@ class TuneContext:
     def __init__(self, train: Batch, val: Batch, seed: int) -> None:
         import ray.tune
 
-        self._tune = ray.tune
+        self._api = ray.tune
         self._train, self._val, self._seed = train, val, seed
 
     def train_batches(self, epoch: int, batch_size: int) -> Iterator[Batch]:
@@ -268,15 +269,6 @@ class TuneContext:
     def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         return values
 
-    def latest_state(self) -> dict[str, Any] | None:
-        checkpoint = self._tune.get_checkpoint()
-        if checkpoint is None:
-            return None
-        with checkpoint.as_directory() as directory:
-            return load_state(directory)
-
-    def report(self, metrics: dict[str, float], state: dict[str, Any] | None) -> None:
-        _report_with_checkpoint(self._tune.report, self._tune.Checkpoint, metrics, state)
 
 
 def train_worker(settings: dict[str, Any]) -> list[dict[str, float]]:
