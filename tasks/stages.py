@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from typing import Any
@@ -34,8 +35,10 @@ def inspect_data(config: PipelineConfig) -> tuple[list[str], str]:
 
 
 def _preprocess_cache_key(context, parameters: dict[str, Any]) -> str:
-    # Same input bytes + same preprocessing config = same output: reuse it across flow runs.
-    return f"preprocess-{parameters['fingerprint']}"
+    # Same input bytes + same preprocessing config + same storage = same output: reuse it.
+    layout = StorageLayout.from_config(parameters["config"])
+    where = hashlib.sha256(layout.data_dir(parameters["fingerprint"]).encode()).hexdigest()[:12]
+    return f"preprocess-{parameters['fingerprint']}-{where}"
 
 
 @task(
