@@ -25,5 +25,9 @@ lint: setup
 format: setup
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
+# The benchmark suite (issue 7, ~30 min on 2 cores): benchmarks/results/*.json, docs/benchmarks.md.
+bench: setup
+	$(BIN)/python -m benchmarks
+
 clean:
 	rm -rf $(VENV) .trainflow .pytest_cache

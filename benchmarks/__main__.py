@@ -13,6 +13,7 @@ benchmark's JSON and the suite goes on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -26,25 +27,31 @@ from pathlib import Path
 
 from benchmarks import BENCHMARKS, figure_specs, load
 from benchmarks import harness as h
-from benchmarks.common import REPO_ROOT, Context, configure_process, remove
+from benchmarks.common import REPO_ROOT, Context, configure_process, remove, stop_ray
 
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 DOCS = REPO_ROOT / "docs" / "benchmarks.md"
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--smoke", action="store_true", help="shrink every size (seconds scale)")
     parser.add_argument("--only", default="", help="comma-separated ids, e.g. B1,B3")
     parser.add_argument(
-        "--out", type=Path, default=None,
+        "--out",
+        type=Path,
+        default=None,
         help="results directory (default benchmarks/results, or benchmarks/results/smoke)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--docs", type=Path, default=None,
+        "--docs",
+        type=Path,
+        default=None,
         help="markdown file whose table to regenerate (default docs/benchmarks.md for a full "
         "run; a smoke run touches no docs unless given)",
-    )  # fmt: skip
+    )
     parser.add_argument("--no-docs", action="store_true", help="leave the docs alone")
     parser.add_argument("--render", action="store_true", help="only regenerate the docs table")
     parser.add_argument("--reps", type=int, default=None, help="override repetitions (>= 1)")
@@ -101,18 +108,14 @@ def run_child(args: argparse.Namespace) -> int:
     try:
         configure_process(workdir / "home")
         outcome = module.run(ctx)
-    except BaseException as exc:  # noqa: BLE001 - recorded in the JSON, then re-raised below
+    except BaseException as exc:  # recorded in the JSON; an interrupt still stops the suite
         error = f"{type(exc).__name__}: {exc}"
         traceback.print_exc()
         if isinstance(exc, KeyboardInterrupt):
             raise
     finally:
-        try:
-            from benchmarks.common import stop_ray
-
+        with contextlib.suppress(Exception):
             stop_ray()
-        except Exception:
-            pass
         doc = h.make_result(
             bench_id,
             module.TITLE,
@@ -152,7 +155,10 @@ def _run_one(args, bench_id: str, suite_id: str, shared: Path, selection: list[s
     cmd = _child_command(args, bench_id, suite_id, shared, selection)
     h.log(f"{bench_id}: {module.TITLE} (limit {limit:.0f} s)")
     started = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    }
     # A session of its own: on a timeout the child and everything it started can be stopped.
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, start_new_session=True)
     try:
@@ -164,28 +170,39 @@ def _run_one(args, bench_id: str, suite_id: str, shared: Path, selection: list[s
         h.log(f"{bench_id}: over its {limit:.0f} s limit; stopping it")
         _stop_group(proc)
         doc = h.make_result(
-            bench_id, module.TITLE, None, smoke=args.smoke,
+            bench_id,
+            module.TITLE,
+            None,
+            smoke=args.smoke,
             duration_s=time.perf_counter() - started,
-            error=f"timed out after {limit:.0f} s", suite_id=suite_id,
-        )  # fmt: skip
+            error=f"timed out after {limit:.0f} s",
+            suite_id=suite_id,
+        )
         h.write_result(doc, _out_dir(args))
     path = _out_dir(args) / f"{bench_id}.json"
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         doc = h.make_result(
-            bench_id, module.TITLE, None, smoke=args.smoke,
+            bench_id,
+            module.TITLE,
+            None,
+            smoke=args.smoke,
             duration_s=time.perf_counter() - started,
-            error=f"the child exited with {proc.returncode} and wrote no result", suite_id=suite_id,
-        )  # fmt: skip
+            error=f"the child exited with {proc.returncode} and wrote no result",
+            suite_id=suite_id,
+        )
         h.write_result(doc, _out_dir(args))
     if doc.get("suite_id") != suite_id:
         doc = h.make_result(
-            bench_id, module.TITLE, None, smoke=args.smoke,
+            bench_id,
+            module.TITLE,
+            None,
+            smoke=args.smoke,
             duration_s=time.perf_counter() - started,
             error=f"the child exited with {proc.returncode} before writing its result",
             suite_id=suite_id,
-        )  # fmt: skip
+        )
         h.write_result(doc, _out_dir(args))
     return doc
 

@@ -26,8 +26,12 @@ TITLE = "ASHA efficiency: our sweep vs full random search on the same seeded con
 TIMEOUT_S = (900, 240)
 _ANCHOR = "full random search (ASHA off) over the same seeded configurations, each to max_t"
 FIGURES = [
-    h.FigureSpec(ID, "epochs_ratio", "epochs spent, ASHA ÷ full search", "<= 0.25 (theory 0.11)", _ANCHOR),  # noqa: E501
-    h.FigureSpec(ID, "accuracy_gap_points", "best val accuracy lost by ASHA (points)", "<= 1 point", _ANCHOR),  # noqa: E501
+    h.FigureSpec(
+        ID, "epochs_ratio", "epochs spent, ASHA ÷ full search", "<= 0.25 (theory 0.11)", _ANCHOR
+    ),
+    h.FigureSpec(
+        ID, "accuracy_gap_points", "best val accuracy lost by ASHA (points)", "<= 1 point", _ANCHOR
+    ),
     h.FigureSpec(ID, "wall_ratio", "sweep wall time, ASHA ÷ full search", "—", _ANCHOR),
 ]
 
@@ -66,8 +70,8 @@ def _sweep_arm(base_overrides: dict[str, Any], manifest, layout, grace: int | No
 
 
 def run(ctx: Context) -> h.Outcome:
-    n = ctx.pick(27, 9)
-    max_t = ctx.pick(27, 3)
+    n = ctx.pick(27, 4)
+    max_t = ctx.pick(27, 2)
     reps = ctx.reps(3, 1)
     ray = start_ray(4)
     base = {
@@ -98,13 +102,26 @@ def run(ctx: Context) -> h.Outcome:
             sample.pop("configs")
     return h.Outcome(
         figures=[
-            h.Figure("epochs_ratio", "epochs spent, ASHA ÷ full search", "x", epochs_ratio,
-                     anchor=_ANCHOR, target=h.Target("<=", 0.25, "<= 0.25 (theory 0.11)")),
-            h.Figure("accuracy_gap_points", "best val accuracy lost by ASHA (points)", "points",
-                     gap, anchor=_ANCHOR, target=h.Target("<=", 1.0, "<= 1 point")),
-            h.Figure("wall_ratio", "sweep wall time, ASHA ÷ full search", "x", wall,
-                     anchor=_ANCHOR),
-        ],  # fmt: skip
+            h.Figure(
+                "epochs_ratio",
+                "epochs spent, ASHA ÷ full search",
+                "x",
+                epochs_ratio,
+                anchor=_ANCHOR,
+                target=h.Target("<=", 0.25, "<= 0.25 (theory 0.11)"),
+            ),
+            h.Figure(
+                "accuracy_gap_points",
+                "best val accuracy lost by ASHA (points)",
+                "points",
+                gap,
+                anchor=_ANCHOR,
+                target=h.Target("<=", 1.0, "<= 1 point"),
+            ),
+            h.Figure(
+                "wall_ratio", "sweep wall time, ASHA ÷ full search", "x", wall, anchor=_ANCHOR
+            ),
+        ],
         samples=samples,
         params={
             "num_samples": n,

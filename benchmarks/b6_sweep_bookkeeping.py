@@ -21,19 +21,47 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness as h
-from benchmarks.common import Context, fresh_preprocess, make_config, register_by_value, start_ray
-from benchmarks.common import stop_ray
+from benchmarks.common import (
+    Context,
+    fresh_preprocess,
+    make_config,
+    register_by_value,
+    start_ray,
+    stop_ray,
+)
 
 ID = "B6"
 TITLE = "sweep bookkeeping: many short trials on 2 CPUs vs the theoretical minimum"
 TIMEOUT_S = (1200, 240)
 CPUS = 2
 FIGURES = [
-    h.FigureSpec(ID, "bookkeeping_ratio", "sweep wall ÷ theoretical minimum (N x t / 2 CPUs)", "<= 1.2", "N x t / CPUs"),  # noqa: E501
-    h.FigureSpec(ID, "bookkeeping_ratio_reuse", "same, Tune reuse_actors=True", "—", "N x t / CPUs"),  # noqa: E501
-    h.FigureSpec(ID, "ray_tasks_ratio", "same sleeps as plain Ray tasks ÷ minimum", "—", "N x t / CPUs"),  # noqa: E501
-    h.FigureSpec(ID, "per_trial_overhead_s", "sweep overhead per trial ((wall - minimum) x 2 / N)", "—", "0 s"),  # noqa: E501
-    h.FigureSpec(ID, "trial_s_trainer", "one-epoch trial driving a TorchTrainer (2 workers), s per trial", "—", "function trial"),  # noqa: E501
+    h.FigureSpec(
+        ID,
+        "bookkeeping_ratio",
+        "sweep wall ÷ theoretical minimum (N x t / 2 CPUs)",
+        "<= 1.2",
+        "N x t / CPUs",
+    ),
+    h.FigureSpec(
+        ID, "bookkeeping_ratio_reuse", "same, Tune reuse_actors=True", "—", "N x t / CPUs"
+    ),
+    h.FigureSpec(
+        ID, "ray_tasks_ratio", "same sleeps as plain Ray tasks ÷ minimum", "—", "N x t / CPUs"
+    ),
+    h.FigureSpec(
+        ID,
+        "per_trial_overhead_s",
+        "sweep overhead per trial ((wall - minimum) x 2 / N)",
+        "—",
+        "0 s",
+    ),
+    h.FigureSpec(
+        ID,
+        "trial_s_trainer",
+        "one-epoch trial driving a TorchTrainer (2 workers), s per trial",
+        "—",
+        "function trial",
+    ),
     h.FigureSpec(ID, "trial_s_function", "one-epoch function trial, s per trial", "—", "—"),
 ]
 
@@ -113,7 +141,9 @@ def _trial_overhead_arms(ctx: Context, trials: int):
         def run(rep: int) -> dict[str, Any]:
             cfg = make_config({**base, "sweep.workers_per_trial": workers})
             started = time.perf_counter()
-            outcome = run_sweep(cfg, manifest, f"b6-w{workers}-{rep}-{uuid.uuid4().hex[:6]}", layout)
+            outcome = run_sweep(
+                cfg, manifest, f"b6-w{workers}-{rep}-{uuid.uuid4().hex[:6]}", layout
+            )
             wall = time.perf_counter() - started
             return {
                 "wall_s": wall,
@@ -129,7 +159,7 @@ def _trial_overhead_arms(ctx: Context, trials: int):
 
 def run(ctx: Context) -> h.Outcome:
     register_by_value(__name__)
-    trials = ctx.pick(100, 20)
+    trials = ctx.pick(40, 4)
     seconds = ctx.pick(0.2, 0.05)
     reps = ctx.reps(3, 1)
     ray = start_ray(CPUS)
@@ -143,18 +173,36 @@ def run(ctx: Context) -> h.Outcome:
     samples = h.run_alternating(arms, reps, label=f"{ID} bookkeeping")
     sweep_wall = h.pluck(samples["sweep"], "wall_s")
     figures = [
-        h.Figure("bookkeeping_ratio", "sweep wall ÷ theoretical minimum (N x t / 2 CPUs)", "x",
-                 [w / minimum for w in sweep_wall], anchor=f"N x t / CPUs = {minimum:g} s",
-                 target=h.Target("<=", 1.2, "<= 1.2")),
-        h.Figure("bookkeeping_ratio_reuse", "same, Tune reuse_actors=True", "x",
-                 [w / minimum for w in h.pluck(samples["sweep_reuse_actors"], "wall_s")],
-                 anchor=f"N x t / CPUs = {minimum:g} s"),
-        h.Figure("ray_tasks_ratio", "same sleeps as plain Ray tasks ÷ minimum", "x",
-                 [w / minimum for w in h.pluck(samples["ray_tasks"], "wall_s")],
-                 anchor=f"N x t / CPUs = {minimum:g} s"),
-        h.Figure("per_trial_overhead_s", "sweep overhead per trial ((wall - minimum) x 2 / N)",
-                 "s", [(w - minimum) * CPUS / trials for w in sweep_wall], anchor="0 s"),
-    ]  # fmt: skip
+        h.Figure(
+            "bookkeeping_ratio",
+            "sweep wall ÷ theoretical minimum (N x t / 2 CPUs)",
+            "x",
+            [w / minimum for w in sweep_wall],
+            anchor=f"N x t / CPUs = {minimum:g} s",
+            target=h.Target("<=", 1.2, "<= 1.2"),
+        ),
+        h.Figure(
+            "bookkeeping_ratio_reuse",
+            "same, Tune reuse_actors=True",
+            "x",
+            [w / minimum for w in h.pluck(samples["sweep_reuse_actors"], "wall_s")],
+            anchor=f"N x t / CPUs = {minimum:g} s",
+        ),
+        h.Figure(
+            "ray_tasks_ratio",
+            "same sleeps as plain Ray tasks ÷ minimum",
+            "x",
+            [w / minimum for w in h.pluck(samples["ray_tasks"], "wall_s")],
+            anchor=f"N x t / CPUs = {minimum:g} s",
+        ),
+        h.Figure(
+            "per_trial_overhead_s",
+            "sweep overhead per trial ((wall - minimum) x 2 / N)",
+            "s",
+            [(w - minimum) * CPUS / trials for w in sweep_wall],
+            anchor="0 s",
+        ),
+    ]
     params: dict[str, Any] = {
         "trials": trials,
         "trial_seconds": seconds,
@@ -176,14 +224,22 @@ def run(ctx: Context) -> h.Outcome:
         trainer = h.pluck(overhead["trainer_trial"], "s_per_trial")
         function = h.pluck(overhead["function_trial"], "s_per_trial")
         figures += [
-            h.Figure("trial_s_trainer", "one-epoch trial driving a TorchTrainer (2 workers), s per trial", "s",  # noqa: E501
-                     trainer, anchor="function trial"),
+            h.Figure(
+                "trial_s_trainer",
+                "one-epoch trial driving a TorchTrainer (2 workers), s per trial",
+                "s",
+                trainer,
+                anchor="function trial",
+            ),
             h.Figure("trial_s_function", "one-epoch function trial, s per trial", "s", function),
-            h.Figure("trial_overhead_trainer_minus_function_s",
-                     "TorchTrainer trial's extra fixed cost over a function trial", "s",
-                     [a - b for a, b in zip(trainer, function, strict=True)],
-                     anchor="function trial"),
-        ]  # fmt: skip
+            h.Figure(
+                "trial_overhead_trainer_minus_function_s",
+                "TorchTrainer trial's extra fixed cost over a function trial",
+                "s",
+                [a - b for a, b in zip(trainer, function, strict=True)],
+                anchor="function trial",
+            ),
+        ]
         params["overhead_trials_per_sweep"] = overhead_trials
     else:
         params["overhead_trials_per_sweep"] = "skipped in smoke (a TorchTrainer trial takes ~20 s)"

@@ -114,7 +114,12 @@ def tabular_digits(directory: Path, scale: int, seed: int = 0) -> str:
     target = directory / f"digits-x{scale}"
     if not target.exists():
         write_synthetic(
-            target, DIGITS_ROWS * scale, seed, side=8, tabular=True, num_files=2 if scale >= 10 else 1
+            target,
+            DIGITS_ROWS * scale,
+            seed,
+            side=8,
+            tabular=True,
+            num_files=2 if scale >= 10 else 1,
         )
     return str(target)
 

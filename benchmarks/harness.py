@@ -88,8 +88,15 @@ def stats(values: Iterable[float]) -> dict[str, Any]:
     """n, median, min, max, spread (max - min) and relative spread (spread / |median|)."""
     data = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     if not data:
-        return {"n": 0, "median": None, "min": None, "max": None, "spread": None,
-                "rel_spread": None, "samples": []}  # fmt: skip
+        return {
+            "n": 0,
+            "median": None,
+            "min": None,
+            "max": None,
+            "spread": None,
+            "rel_spread": None,
+            "samples": [],
+        }
     median = statistics.median(data)
     spread = max(data) - min(data)
     return {
@@ -136,7 +143,11 @@ class Target:
         return _OPS[self.op](measured, self.value)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "value": self.value, "text": self.text or f"{self.op} {self.value:g}"}
+        return {
+            "op": self.op,
+            "value": self.value,
+            "text": self.text or f"{self.op} {self.value:g}",
+        }
 
 
 @dataclass
@@ -177,6 +188,7 @@ class Outcome:
     params: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)  # parts that failed; the rest still counts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,6 +273,8 @@ def make_result(
 ) -> dict[str, Any]:
     """The JSON document of one benchmark (see ``validate_result`` for the schema)."""
     figures = [f.to_dict() for f in outcome.figures] if outcome else []
+    failures = ([error] if error else []) + (list(outcome.errors) if outcome else [])
+    error = "; ".join(failures) or None
     checked = [f["pass"] for f in figures if f["target"] is not None]
     verdict = None if not checked or None in checked else all(checked)
     return {
@@ -325,7 +339,9 @@ def validate_result(doc: Mapping[str, Any]) -> list[str]:
         for key, kind in _FIGURE_REQUIRED.items():
             if not isinstance(fig.get(key), kind):
                 problems.append(f"figures[{index}].{key} missing or not {kind}")
-        if "value" not in fig or not (fig["value"] is None or isinstance(fig["value"], int | float)):
+        if "value" not in fig or not (
+            fig["value"] is None or isinstance(fig["value"], int | float)
+        ):
             problems.append(f"figures[{index}].value is not a number or null")
         target = fig.get("target")
         if target is not None and not {"op", "value", "text"} <= set(target):
@@ -397,20 +413,21 @@ class FigureSpec:
     anchor: str
 
 
+def format_number(value: float, unit: str = "") -> str:
+    magnitude = abs(value)
+    if unit == "%" or 10 <= magnitude < 100:
+        return f"{value:.1f}"
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    return f"{value:.2f}" if unit == "x" else f"{value:.3g}"
+
+
 def format_value(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
-    magnitude = abs(value)
-    if unit == "%":
-        text = f"{value:.1f}"
-    elif magnitude >= 1000:
-        text = f"{value:,.0f}"
-    elif magnitude >= 100:
-        text = f"{value:.0f}"
-    elif magnitude >= 10:
-        text = f"{value:.1f}"
-    else:
-        text = f"{value:.3g}" if unit != "x" else f"{value:.2f}"
+    text = format_number(value, unit)
     return f"{text}{unit}" if unit in ("x", "%") else f"{text} {unit}".rstrip()
 
 
@@ -441,23 +458,31 @@ def render_table(
         doc = results.get(bench_id)
         usable = doc is not None and (include_smoke or not doc.get("smoke"))
         figures = {f["key"]: f for f in doc.get("figures", [])} if usable else {}
-        keys = [s.key for s in bench_specs] + [k for k in figures if k not in {s.key for s in bench_specs}]
+        keys = [s.key for s in bench_specs] + [
+            k for k in figures if k not in {s.key for s in bench_specs}
+        ]
         for key in keys:
             spec = next((s for s in bench_specs if s.key == key), None)
             fig = figures.get(key)
             name = spec.name if spec else fig["name"]
             target = spec.target if spec else ((fig.get("target") or {}).get("text") or "—")
-            anchor = spec.anchor if spec else fig.get("anchor", "")
-            if usable and doc["status"] == "error" and fig is None:
-                measured, verdict, date, machine = f"error: {doc.get('error', '')[:80]}", "—", doc["date"][:10], machine_label(doc.get("machine"))
+            anchor = spec.anchor if spec else (fig.get("anchor") or "—")
+            failed = usable and doc["status"] == "error"
+            if failed and (fig is None or fig.get("value") is None):
+                measured, verdict, date, machine = (
+                    f"error: {doc.get('error', '')[:80]}",
+                    "—",
+                    doc["date"][:10],
+                    machine_label(doc.get("machine")),
+                )
             elif fig is None:
                 measured, verdict, date, machine = NOT_MEASURED, "—", "—", "—"
             else:
                 st = fig.get("stats") or {}
                 measured = format_value(fig.get("value"), fig.get("unit", ""))
                 if st.get("n", 0) > 1 and st.get("min") is not None:
-                    low = format_value(st["min"], fig.get("unit", ""))
-                    high = format_value(st["max"], fig.get("unit", ""))
+                    low = format_number(st["min"], fig.get("unit", ""))
+                    high = format_number(st["max"], fig.get("unit", ""))
                     measured += f" (n={st['n']}, {low}–{high})"
                 if doc.get("smoke"):
                     measured += " [smoke]"
@@ -465,7 +490,10 @@ def render_table(
                 date, machine = doc["date"][:10], machine_label(doc.get("machine"))
             rows.append(
                 "| "
-                + " | ".join(_cell(c) for c in (bench_id, name, target, anchor, measured, verdict, date, machine))
+                + " | ".join(
+                    _cell(c)
+                    for c in (bench_id, name, target, anchor, measured, verdict, date, machine)
+                )
                 + " |"
             )
     return "\n".join(rows)
@@ -481,7 +509,8 @@ def render_stages(b4: Mapping[str, Any] | None) -> str:
     ]
     for row in b4["extra"]["stage_table"]:
         cells = [row["part"]] + [
-            "" if row.get(k) is None else f"{row[k]:.1f}" for k in ("wall_s", "work_s", "overhead_s")
+            "" if row.get(k) is None else f"{row[k]:.1f}"
+            for k in ("wall_s", "work_s", "overhead_s")
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)
@@ -508,7 +537,9 @@ def update_docs(
     """Regenerate the tables of ``docs/benchmarks.md`` in place; return the new text."""
     path = Path(path)
     text = path.read_text() if path.exists() else template
-    text = replace_between(text, TABLE_START, TABLE_END, render_table(specs, results, include_smoke=include_smoke))
+    text = replace_between(
+        text, TABLE_START, TABLE_END, render_table(specs, results, include_smoke=include_smoke)
+    )
     b4 = results.get("B4")
     if b4 is not None and b4.get("smoke") and include_smoke:
         b4 = {**b4, "smoke": False}
@@ -524,12 +555,14 @@ def update_docs(
 
 def psutil_module():
     """psutil: installed, or the copy Ray vendors (``import ray`` puts it on sys.path)."""
+    import importlib
+
     try:
-        import psutil
+        return importlib.import_module("psutil")
     except ImportError:
-        import ray  # noqa: F401  (ray/thirdparty_files holds psutil)
-        import psutil
-    return psutil
+        # Ray ships psutil in ray/thirdparty_files and puts that folder on sys.path on import.
+        importlib.import_module("ray")
+        return importlib.import_module("psutil")
 
 
 class PeakSampler:
@@ -554,6 +587,7 @@ class PeakSampler:
         self.peak_procs = 0
         self.peak_extra: float | None = None
         self.series: list[tuple[float, int, float | None]] = []
+        self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = 0.0
@@ -592,10 +626,16 @@ class PeakSampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            self.sample()
+            try:
+                self.sample()
+            except Exception as exc:  # keep sampling; say once what went wrong
+                if not self.errors:
+                    log(f"memory sampler: {type(exc).__name__}: {exc}")
+                self.errors.append(str(exc))
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     def __enter__(self) -> PeakSampler:
+        psutil_module()  # import here, on the caller's thread (Ray's import wants the main one)
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="peak-sampler", daemon=True)
         self._thread.start()

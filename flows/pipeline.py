@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from contextlib import contextmanager
 from typing import Any
@@ -11,7 +12,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows.summary import summary_markdown
 from tasks import stages
-from training import cluster, tracking
+from training import cluster, report, tracking
 from training.config import PipelineConfig
 from training.storage import StorageLayout, exists, join
 
@@ -126,5 +127,59 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> dict[str,
         "storage": layout.runs_dir(run_id),
         "stage_seconds": clock.seconds,
     }
+    summary["report"] = _publish_report(
+        config, tracker, parent, summary, train_outcome.history, eval_result
+    )
     tracker.log_dict(parent, summary, "summary.json")
     return summary
+
+
+def _publish_report(config, tracker, parent, summary, train_history, eval_result) -> str | None:
+    """The run's HTML report: logged to the parent run as report.html and announced as a Prefect
+    artifact; returns where to open it. A report that cannot be built is a warning: the run's
+    results (model version, gate) stand."""
+    import yaml
+
+    logger = get_run_logger()
+    try:
+        resolved = config.model_dump(mode="json")
+        links = {}
+        if tracker.run_url(parent):
+            links["this run in the MLflow UI"] = tracker.run_url(parent)
+            trials = [
+                run.info.run_id
+                for run in tracker.find_runs(parent)
+                if run.data.tags.get(tracking.STAGE_TAG) == "trial"
+            ]
+            if trials:
+                links["the sweep's trials side by side"] = tracker.compare_url(trials)
+        with tempfile.TemporaryDirectory() as tmp:
+            plots = report.pipeline_plots(
+                tmp,
+                sweep=summary["sweep"],
+                asha=config.sweep.asha,
+                train_history=train_history,
+                per_class=eval_result.per_class,
+                confusion=eval_result.confusion,
+                class_names=eval_result.class_names,
+            )
+            html = report.pipeline_report_html(
+                summary,
+                resolved,
+                plots,
+                config_text=tracking.redact(yaml.safe_dump(resolved, sort_keys=False)),
+                per_class=eval_result.per_class,
+                links=links,
+            )
+        tracker.log_text(parent, html, "report.html")
+        location = tracker.artifact_url(parent, "report.html")
+    except Exception as exc:  # the report must not fail a finished run
+        logger.warning("the HTML report was not built: %s: %s", type(exc).__name__, exc)
+        return None
+    create_markdown_artifact(
+        report.report_markdown(summary, location),
+        key="trainflow-report",
+        description=f"trainflow report of run {summary['run_id']}",
+    )
+    logger.info("report: %s", location)
+    return location

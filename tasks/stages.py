@@ -76,6 +76,8 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         callbacks=[tracker.tune_callback(sweep_run)],
     )
     statuses = [t.status for t in outcome.trials]
+    summary = outcome.to_dict()
+    saving = report.sweep_saving(summary)
     tracker.log_metrics(
         sweep_run,
         {
@@ -86,33 +88,77 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
             "trials_errored": statuses.count("errored"),
             "epochs_spent": outcome.epochs_spent,
             "epochs_budget": outcome.epochs_budget,
+            "epochs_saved_fraction": saving,
         },
     )
+    rows = {row["trial_id"]: row for row in report.trial_rows(summary, config.sweep.asha)}
+    best = rows.get(outcome.best_trial_id or "")
+    trial_runs = _tag_trial_fates(tracker, sweep_run, outcome, rows)
     tracker.set_tags(
-        sweep_run, {"best_trial_id": outcome.best_trial_id, "best_params": outcome.best_params}
+        sweep_run,
+        {
+            "best_trial_id": outcome.best_trial_id,
+            "best_params": outcome.best_params,
+            "best_trial_name": best["name"] if best else "none",
+            "best_trial_run_id": trial_runs.get(outcome.best_trial_id or "", "none"),
+            **{f"best.{key}": value for key, value in outcome.best_params.items()},
+            "mlflow.note.content": _sweep_note(outcome, best, saving),
+        },
     )
-    tracker.log_dict(sweep_run, outcome.to_dict(), "sweep_summary.json")
-    _tag_trial_fates(tracker, sweep_run, outcome)
+    tracker.log_dict(sweep_run, summary, "sweep_summary.json")
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in report.sweep_plots(summary, config.sweep.asha, tmp).values():
+            tracker.log_artifact(sweep_run, path, "plots")
     tracker.end_run(sweep_run)
     return outcome
 
 
-def _tag_trial_fates(tracker, sweep_run: str, outcome: SweepOutcome) -> None:
-    """Tag each trial's MLflow run with how it ended: completed, stopped early (when), errored."""
+def _sweep_note(outcome: SweepOutcome, best: dict[str, Any] | None, saving: float | None) -> str:
+    """The sweep run's description in the MLflow UI (markdown)."""
+    statuses = [t.status for t in outcome.trials]
+    lines = [
+        f"**ASHA sweep**: {len(statuses)} trials, {statuses.count('completed')} completed, "
+        f"{statuses.count('stopped-early')} stopped early, {statuses.count('errored')} errored.",
+        "",
+        f"Epochs spent: {outcome.epochs_spent} of a {outcome.epochs_budget} budget"
+        + (f" ({saving:.0%} saved by early stopping)." if saving is not None else "."),
+    ]
+    if best:
+        lines += ["", f"Best: **{best['name']}**, {outcome.metric} = {outcome.best_metric:.4f}."]
+    lines += ["", "Plots: artifacts/plots (learning curves, ASHA rungs, parameter vs metric)."]
+    return "\n".join(lines)
+
+
+def _tag_trial_fates(
+    tracker, sweep_run: str, outcome: SweepOutcome, rows: dict[str, dict[str, Any]]
+) -> dict[str, str]:
+    """Name each trial's MLflow run ("trial 03 · lr=0.0031") and tag how it ended: completed,
+    stopped by ASHA (at which rung), errored (why). Returns trial id -> MLflow run id."""
     by_id = {trial.trial_id: trial for trial in outcome.trials}
+    found: dict[str, str] = {}
     for run in tracker.find_runs(sweep_run):
         trial_name = run.data.tags.get("trial_name", "")
         trial = next((t for i, t in by_id.items() if trial_name.endswith(i)), None)
         if trial is None:
             continue
+        row = rows.get(trial.trial_id, {})
         tags = {"trainflow.trial_id": trial.trial_id, "trainflow.fate": trial.status}
+        if row.get("fate"):
+            tags["trainflow.fate_detail"] = row["fate"]
+            tags["mlflow.note.content"] = row["fate"]
         if trial.status == "stopped-early":
             tags["trainflow.stopped_at_iteration"] = trial.epochs
+            if row.get("rung"):
+                tags["trainflow.stopped_at_rung"] = row["rung"]
         if trial.error:
             tags["trainflow.error"] = trial.error
         if trial.trial_id == outcome.best_trial_id:
             tags["trainflow.best"] = "true"
         tracker.set_tags(run.info.run_id, tags)
+        if row.get("name"):
+            tracker.rename_run(run.info.run_id, row["name"])
+        found[trial.trial_id] = run.info.run_id
+    return found
 
 
 @task(name="train", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
@@ -164,10 +210,9 @@ def evaluate(
         eval_run, {"classes": result.class_names, "matrix": result.confusion}, "confusion.json"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        png = report.confusion_matrix_png(
-            result.confusion, result.class_names, os.path.join(tmp, "confusion_matrix.png")
-        )
-        tracker.log_artifact(eval_run, png, "plots")
+        plots = report.evaluation_plots(result.per_class, result.confusion, result.class_names, tmp)
+        for png in plots.values():
+            tracker.log_artifact(eval_run, png, "plots")
     tracker.log_metrics(parent_run, result.metrics)
     tracker.end_run(eval_run)
     get_run_logger().info(
@@ -197,6 +242,10 @@ def promote(
     # The served model takes raw features, so the example is de-normalised test rows.
     raw_example = features * [s if s > 0 else 1.0 for s in spec.std] + spec.mean
     metric = config.mlflow.gate.metric
+    description = (
+        f"{config.model.kind} trained on {manifest.source} "
+        f"(data {manifest.fingerprint}); {metric}={eval_result.metrics[metric]:.4f}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         from training.loop import save_state
 
@@ -206,17 +255,26 @@ def promote(
             serving_model(state),
             raw_example.astype("float32"),
             state_path,
-            description=(
-                f"{config.model.kind} trained on {manifest.source} "
-                f"(data {manifest.fingerprint}); {metric}={eval_result.metrics[metric]:.4f}"
-            ),
+            description=description,
             tags={
                 "source_run": train_run,
+                "pipeline_run": parent_run,
                 "data_fingerprint": manifest.fingerprint,
                 **{k: f"{v:.6g}" for k, v in eval_result.metrics.items()},
             },
         )
     decision = tracker.promote(version["version"], eval_result.metrics[metric])
+    tracker.describe_model(
+        f"{description}; gate: {decision['decision']} (pipeline run {parent_run})",
+        version=version["version"],
+    )
+    # The registry page: what the model is, and what the aliases mean.
+    tracker.describe_model(
+        f"{config.model.kind} classifier trained by trainflow on {manifest.source}. "
+        f"Alias `{tracking.CHAMPION}`: the version in use; `{tracking.CHALLENGER}`: the latest "
+        f"candidate. Each version is tagged with its source run, data fingerprint, test "
+        f"metrics and the gate's decision ({metric})."
+    )
     tracker.set_tags(
         parent_run, {"model_version": version["version"], "gate": decision["decision"]}
     )

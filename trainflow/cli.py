@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trainflow.compare import compare as compare_command
 from training.errors import TrainflowError
 
 app = typer.Typer(
@@ -187,6 +188,9 @@ def predict(
     finally:
         cluster.shutdown()
     console.print(f"wrote {rows} predictions to {output}")
+
+
+app.command("compare")(compare_command)
 
 
 def main() -> None:  # pragma: no cover - `python -m trainflow`

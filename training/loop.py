@@ -237,7 +237,6 @@ class TrainContext(_RayReporting):
         return values
 
 
-
 class TuneContext(_RayReporting):
     """Inside a plain Tune function trial: one process, in-memory splits, ``ray.tune.report``."""
 
@@ -268,7 +267,6 @@ class TuneContext(_RayReporting):
 
     def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         return values
-
 
 
 def train_worker(settings: dict[str, Any]) -> list[dict[str, float]]:

@@ -9,7 +9,8 @@ Run tree of one pipeline run (``<run_id>`` is the flow's run id)::
 
     pipeline-<run_id>                 tags trainflow.run_id, trainflow.stage=pipeline; params
       ├── <stage child runs>          tag trainflow.stage (preprocess, sweep, train, evaluate, ...)
-      │     └── <one run per trial>   created by the Tune callback under the sweep run
+      │     └── <one run per trial>   created by the Tune callback under the sweep run, renamed
+      │                               "trial 03 · lr=0.0031" after the sweep (rename_run)
       └── ...
 
 A re-run with the same ``run_id`` finds and resumes the same runs instead of creating new ones.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import base64
 import copy
 import importlib.metadata
+import json
 import logging
 import math
 import numbers
@@ -49,7 +51,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from training.config import MlflowConfig, PipelineConfig
-from training.errors import ConfigError, ModelNotFoundError, ServiceUnreachableError
+from training.errors import (
+    ConfigError,
+    ModelNotFoundError,
+    ServiceUnreachableError,
+    TrainflowError,
+)
 from training.storage import default_artifact_root, default_tracking_uri, trainflow_home
 
 if TYPE_CHECKING:
@@ -79,6 +86,24 @@ MAX_PARAM_VAL_LENGTH = 6000
 MAX_TAG_VAL_LENGTH = 8000
 MAX_PARAMS_TAGS_PER_BATCH = 100
 MAX_METRICS_PER_BATCH = 1000
+MAX_RUN_NAME_LENGTH = 250
+
+# Where `mlflow ui` (see Tracker.ui_command) serves a local store.
+LOCAL_UI_URL = "http://127.0.0.1:5000"
+# Tune's bookkeeping in each trial result: not worth a metric on every trial run.
+_TUNE_BOOKKEEPING = {
+    "timestamp",
+    "should_checkpoint",
+    "done",
+    "pid",
+    "time_since_restore",
+    "iterations_since_restore",
+    "checkpoint_dir_name",
+    "trial_id",
+    "date",
+    "hostname",
+    "node_ip",
+}
 
 _VERSIONED_PACKAGES = ("torch", "ray", "prefect", "mlflow", "trainflow")
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
@@ -215,8 +240,12 @@ def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
     )
 
 
-def configure(config: PipelineConfig) -> Tracker:
-    """Connect to the tracking store and get or create the experiment."""
+def configure(config: PipelineConfig, create: bool = True) -> Tracker:
+    """Connect to the tracking store and get or create the experiment.
+
+    ``create=False`` only reads: a missing store or experiment raises TrainflowError (naming
+    what is there) instead of being created.
+    """
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
@@ -227,10 +256,22 @@ def configure(config: PipelineConfig) -> Tracker:
         check_reachable(uri)
     db = _sqlite_path(uri)
     if db is not None:
+        if not create and not db.is_file():
+            raise TrainflowError(
+                f"no MLflow store at {db}: nothing was tracked there yet; run `trainflow run` "
+                "first, or point mlflow.tracking_uri / MLFLOW_TRACKING_URI at your store"
+            )
         db.parent.mkdir(parents=True, exist_ok=True)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     name = config.mlflow.experiment
     experiment = client.get_experiment_by_name(name)
+    if experiment is None and not create:
+        names = sorted(e.name for e in client.search_experiments(max_results=50))
+        raise TrainflowError(
+            f"no MLflow experiment {name!r} in {redact(uri)}; experiments there: "
+            f"{', '.join(names) or 'none'} (choose one with mlflow.experiment, e.g. "
+            "`trainflow compare --experiment NAME`)"
+        )
     if experiment is None:
         try:
             experiment_id = client.create_experiment(
@@ -374,6 +415,10 @@ class Tracker:
             frontier = next_frontier
         return found
 
+    def rename_run(self, run_id: str, name: str) -> None:
+        """Give a run the name the MLflow UI shows (e.g. a trial's number and params)."""
+        self.client.update_run(run_id, name=name[:MAX_RUN_NAME_LENGTH])
+
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
         if status not in _TERMINAL:
             raise ValueError(f"status must be one of {sorted(_TERMINAL)}, got {status!r}")
@@ -471,12 +516,139 @@ class Tracker:
         run_tag = self.client.get_run(sweep_run_id).data.tags.get(RUN_ID_TAG)
         if run_tag:
             tags[RUN_ID_TAG] = run_tag
-        return MLflowLoggerCallback(
+
+        class TrialMetricsCallback(MLflowLoggerCallback):
+            """Logs the loop's metrics (train_loss, val_loss, val_accuracy, ...) with
+            step=training_iteration, without Tune's bookkeeping (pid, timestamp, done,
+            config/...), so the compare view lists what matters."""
+
+            def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+                kept = {
+                    key: value
+                    for key, value in result.items()
+                    if key not in _TUNE_BOOKKEEPING and not str(key).startswith("config")
+                }
+                super().log_trial_result(iteration, trial, kept)
+
+        return TrialMetricsCallback(
             tracking_uri=self.tracking_uri,
             experiment_name=self.config.mlflow.experiment,
             tags=tags,
             save_artifact=False,
         )
+
+    # -- reading a sweep back (trainflow compare) ----------------------------------------------
+
+    def recent_pipeline_runs(self, limit: int = 5) -> list[dict[str, Any]]:
+        """The latest pipeline (parent) runs of the experiment, newest first."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{STAGE_TAG}` = 'pipeline'",
+            max_results=limit,
+            order_by=["attributes.start_time DESC"],
+        )
+        return [
+            {"run_id": r.info.run_id, "name": r.info.run_name, "status": r.info.status}
+            for r in runs
+        ]
+
+    def _where_to_look(self) -> str:
+        recent = self.recent_pipeline_runs()
+        listing = ", ".join(f"{r['name']} ({r['run_id']})" for r in recent) or "none"
+        return (
+            f"pipeline runs of experiment {self.config.mlflow.experiment!r}, newest first: "
+            f"{listing}; list them all with `mlflow runs list --experiment-id "
+            f"{self.experiment_id}` (MLFLOW_TRACKING_URI={redact(self.tracking_uri)})"
+        )
+
+    def _sweep_run(self, run_id: str | None) -> Run:
+        from mlflow.exceptions import MlflowException
+
+        if run_id is None:
+            found = self.client.search_runs(
+                [self.experiment_id],
+                filter_string=f"tags.`{STAGE_TAG}` = 'sweep'",
+                max_results=1,
+                order_by=["attributes.start_time DESC"],
+            )
+            if not found:
+                raise TrainflowError(
+                    f"experiment {self.config.mlflow.experiment!r} in {redact(self.tracking_uri)} "
+                    f"has no sweep yet (run `trainflow run`); {self._where_to_look()}"
+                )
+            return found[0]
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            raise TrainflowError(
+                f"no run {run_id!r} in {redact(self.tracking_uri)}; {self._where_to_look()}"
+            ) from None
+        stage = run.data.tags.get(STAGE_TAG)
+        if stage == "sweep":
+            return run
+        if stage == "trial" and PARENT_TAG in run.data.tags:
+            return self.client.get_run(run.data.tags[PARENT_TAG])
+        sweeps = self.client.search_runs(
+            [run.info.experiment_id],
+            filter_string=(
+                f"tags.`{PARENT_TAG}` = {_quote(run_id)} and tags.`{STAGE_TAG}` = 'sweep'"
+            ),
+            max_results=1,
+        )
+        if not sweeps:
+            raise TrainflowError(
+                f"run {run_id!r} ({run.info.run_name}) has no sweep (was sweep.enabled false?); "
+                f"{self._where_to_look()}"
+            )
+        return sweeps[0]
+
+    def sweep_trials(self, run_id: str | None = None) -> dict[str, Any]:
+        """One sweep and its trial runs as plain dicts (what `trainflow compare` shows).
+
+        ``run_id``: a pipeline (parent) run, its sweep run or one of its trial runs; None: the
+        latest sweep of the experiment. Each trial carries its name, params, last ``metrics``,
+        ``best_value`` (best of the sweep metric over its epochs), ``epochs`` and fate tags.
+        """
+        sweep = self._sweep_run(run_id)
+        metric = sweep.data.params.get("metric") or self.config.sweep.metric
+        mode = "min" if metric.endswith("loss") else "max"
+        parent_id = sweep.data.tags.get(PARENT_TAG)
+        experiment = self.client.get_experiment(sweep.info.experiment_id)
+        trials = []
+        for run in self._search(
+            f"tags.`{PARENT_TAG}` = {_quote(sweep.info.run_id)}", [sweep.info.experiment_id]
+        ):
+            history = self.client.get_metric_history(run.info.run_id, metric)
+            values = [m.value for m in history if math.isfinite(m.value)]
+            tags = run.data.tags
+            trials.append(
+                {
+                    "run_id": run.info.run_id,
+                    "name": run.info.run_name,
+                    "status": run.info.status,
+                    "trial_id": tags.get("trainflow.trial_id") or tags.get("trial_name", ""),
+                    "params": dict(run.data.params),
+                    "metrics": dict(run.data.metrics),
+                    "best_value": (max if mode == "max" else min)(values) if values else None,
+                    "epochs": max((m.step for m in history), default=0),
+                    "fate": tags.get("trainflow.fate", ""),
+                    "fate_detail": tags.get("trainflow.fate_detail")
+                    or tags.get("trainflow.fate", ""),
+                    "best": tags.get("trainflow.best") == "true",
+                }
+            )
+        return {
+            "tracking_uri": redact(self.tracking_uri),
+            "experiment_id": sweep.info.experiment_id,
+            "experiment": experiment.name,
+            "parent_run_id": parent_id,
+            "parent_run_name": self.client.get_run(parent_id).info.run_name if parent_id else None,
+            "sweep_run_id": sweep.info.run_id,
+            "metric": metric,
+            "mode": mode,
+            "max_t": sweep.data.params.get("asha.max_t"),
+            "trials": trials,
+        }
 
     # -- model registry ----------------------------------------------------------------------
 
@@ -648,6 +820,14 @@ class Tracker:
             "aliases": sorted(aliases),
         }
 
+    def describe_model(self, description: str, version: str | None = None) -> None:
+        """Set the description of the registered model, or of one of its versions."""
+        name = self.config.mlflow.registered_model
+        if version is None:
+            self.client.update_registered_model(name, description=description)
+        else:
+            self.client.update_model_version(name, str(version), description=description)
+
     def model_files(self, model_uri: str, dst_path: str | None = None) -> Path:
         """The local path of our state file inside the model at ``model_uri``
         (``models:/name@alias``, ``models:/name/version``, ``models:/m-...`` or ``runs:/...``)."""
@@ -697,6 +877,25 @@ class Tracker:
             return None
         base = _without_userinfo(self.tracking_uri)
         return f"{base}/#/experiments/{self.experiment_id}/runs/{run_id}"
+
+    def ui_url(self) -> str:
+        """The MLflow UI's address: the tracking server, or where `mlflow ui` serves."""
+        return _without_userinfo(self.tracking_uri) if _is_http(self.tracking_uri) else LOCAL_UI_URL
+
+    def compare_url(self, run_ids: Iterable[str], experiment_ids: Iterable[str] = ()) -> str:
+        """The MLflow UI's compare view of ``run_ids`` (under :meth:`ui_url`)."""
+        runs = urllib.parse.quote(json.dumps(list(run_ids), separators=(",", ":")), safe="")
+        experiments = list(experiment_ids) or [self.experiment_id]
+        exps = urllib.parse.quote(json.dumps(experiments, separators=(",", ":")), safe="")
+        return f"{self.ui_url()}/#/compare-runs?runs={runs}&experiments={exps}"
+
+    def artifact_url(self, run_id: str, path: str) -> str:
+        """Where a user opens a run's artifact: its page in the UI of a tracking server, else
+        its location in the artifact store (a file:// URI for a local store)."""
+        url = self.run_url(run_id)
+        if url is not None:
+            return f"{url}/artifactPath/{path}"
+        return f"{self.client.get_run(run_id).info.artifact_uri.rstrip('/')}/{path}"
 
 
 def _model_requirements() -> list[str]:

@@ -1,0 +1,159 @@
+"""B5: memory of the preprocessing stage, 1x vs 10x the default data (and 100x, informational).
+
+While ``training.data.preprocess`` runs on the local Ray instance, a thread samples every 0.2 s
+the RSS summed over this driver and every process under it (the local Ray instance's GCS,
+raylet, dashboard and workers are all its descendants) and the bytes in Ray's object store
+(the raylet's store stats, as ``ray memory --stats-only`` reads them). Peaks are compared
+between scales; the RSS above the idle baseline taken just before each run is reported too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import harness as h
+from benchmarks.common import (
+    Context,
+    fresh_preprocess,
+    object_store_gauge,
+    source_config,
+    start_ray,
+    tabular_digits,
+)
+
+ID = "B5"
+TITLE = "memory: peak RSS (driver + Ray processes) and object-store peak, preprocessing 1x vs 10x"
+TIMEOUT_S = (600, 180)
+MIB = 1024**2
+_ANCHOR = "the same stage on 1x the default data"
+FIGURES = [
+    h.FigureSpec(
+        ID, "rss_ratio_10x", "peak RSS sum (driver + Ray processes), 10x ÷ 1x", "<= 2", _ANCHOR
+    ),
+    h.FigureSpec(ID, "store_ratio_10x", "object-store peak, 10x ÷ 1x", "<= 2", _ANCHOR),
+    h.FigureSpec(
+        ID, "rss_above_idle_ratio_10x", "peak RSS above the idle baseline, 10x ÷ 1x", "—", _ANCHOR
+    ),
+    h.FigureSpec(ID, "rss_peak_1x_mib", "peak RSS sum, 1x (MiB)", "—", "—"),
+    h.FigureSpec(ID, "rss_peak_10x_mib", "peak RSS sum, 10x (MiB)", "—", "—"),
+    h.FigureSpec(ID, "store_peak_10x_mib", "object-store peak, 10x (MiB)", "—", "—"),
+]
+
+
+def _arm(ctx: Context, config, gauge, interval: float):
+    def run(rep: int) -> dict[str, Any]:
+        idle = h.PeakSampler(interval=interval, extra=gauge)
+        idle.sample()
+        baseline_rss, baseline_store = idle.peak_rss, idle.peak_extra or 0.0
+        with h.PeakSampler(interval=interval, extra=gauge) as sampler:
+            manifest, seconds, _ = fresh_preprocess(config, ctx.scratch("out"))
+        return {
+            "rows": sum(manifest.rows.values()),
+            "seconds": seconds,
+            "peak_rss_mib": sampler.peak_rss / MIB,
+            "baseline_rss_mib": baseline_rss / MIB,
+            "rss_above_idle_mib": (sampler.peak_rss - baseline_rss) / MIB,
+            "peak_store_mib": (sampler.peak_extra or 0.0) / MIB,
+            "baseline_store_mib": baseline_store / MIB,
+            "peak_processes": sampler.peak_procs,
+            "samples_taken": len(sampler.series),
+            "series_mib": [
+                (t, round(r / MIB, 1), None if s is None else round(s / MIB, 2))
+                for t, r, s in sampler.thin_series(40)
+            ],
+        }
+
+    return run
+
+
+def run(ctx: Context) -> h.Outcome:
+    scales = ctx.pick([1, 10, 100], [1, 10])
+    reps = ctx.reps(3, 1)
+    interval = 0.2
+    ray = start_ray(4)
+    gauge = object_store_gauge()
+    data_dir = ctx.scratch("data")
+    configs = {scale: source_config(tabular_digits(data_dir, scale)) for scale in scales}
+    # Warm-up (not measured): the first run starts Ray's worker processes; every measured run
+    # then finds the same warm pool, whichever scale it is.
+    fresh_preprocess(configs[scales[0]], ctx.scratch("warm"))
+    arms = {f"x{scale}": _arm(ctx, configs[scale], gauge, interval) for scale in scales}
+    samples = h.run_alternating(arms, reps, label=ID)
+
+    def col(scale: int, key: str) -> list[float]:
+        return h.pluck(samples[f"x{scale}"], key)
+
+    figures = [
+        h.Figure(
+            "rss_ratio_10x",
+            "peak RSS sum (driver + Ray processes), 10x ÷ 1x",
+            "x",
+            h.paired_ratios(col(10, "peak_rss_mib"), col(1, "peak_rss_mib")),
+            anchor=_ANCHOR,
+            target=h.Target("<=", 2.0, "<= 2"),
+        ),
+        h.Figure(
+            "store_ratio_10x",
+            "object-store peak, 10x ÷ 1x",
+            "x",
+            h.paired_ratios(col(10, "peak_store_mib"), col(1, "peak_store_mib")),
+            anchor=_ANCHOR,
+            target=h.Target("<=", 2.0, "<= 2"),
+        ),
+        h.Figure(
+            "rss_above_idle_ratio_10x",
+            "peak RSS above the idle baseline, 10x ÷ 1x",
+            "x",
+            h.paired_ratios(col(10, "rss_above_idle_mib"), col(1, "rss_above_idle_mib")),
+            anchor=_ANCHOR,
+        ),
+    ]
+    for scale in scales:
+        figures += [
+            h.Figure(
+                f"rss_peak_{scale}x_mib",
+                f"peak RSS sum, {scale}x (MiB)",
+                "MiB",
+                col(scale, "peak_rss_mib"),
+            ),
+            h.Figure(
+                f"rss_above_idle_{scale}x_mib",
+                f"peak RSS above idle, {scale}x (MiB)",
+                "MiB",
+                col(scale, "rss_above_idle_mib"),
+            ),
+            h.Figure(
+                f"store_peak_{scale}x_mib",
+                f"object-store peak, {scale}x (MiB)",
+                "MiB",
+                col(scale, "peak_store_mib"),
+            ),
+        ]
+    if 100 in scales:
+        figures.append(
+            h.Figure(
+                "rss_ratio_100x",
+                "peak RSS sum, 100x ÷ 1x",
+                "x",
+                h.paired_ratios(col(100, "peak_rss_mib"), col(1, "peak_rss_mib")),
+                anchor=_ANCHOR,
+            )
+        )
+    return h.Outcome(
+        figures=figures,
+        samples=samples,
+        params={
+            "scales": scales,
+            "rows": {f"{s}x": samples[f"x{s}"][0]["rows"] for s in scales},
+            "reps": reps,
+            "interval_s": interval,
+            "ray_num_cpus": 4,
+            "ray_start_s": ray.get("_start_s"),
+            "warm_up": "one unmeasured 1x run first",
+        },
+        notes=[
+            "RSS sums count shared pages (object-store shared memory, shared libraries) once per "
+            "process that maps them: an over-estimate of unique memory, comparable between runs",
+            "object store: raylet store stats (object_store_bytes_used), sampled with the RSS",
+        ],
+    )

@@ -1,0 +1,400 @@
+"""The MLflow UI in a real browser: a smoke pipeline logs to a real `mlflow server` on loopback,
+then headless Chromium (Debian's package, driven by Playwright) checks what a user sees there.
+
+Screenshots go to test-output/mlflow-ui/ (gitignored; see docs/mlflow-ui.md):
+01-run-tree.png            the runs table: pipeline -> sweep -> trials expanded, trials selected
+02-compare-plot.png        compare view of the trials: train.lr vs val_accuracy, run names
+03-compare-tables.png      the same page lower down: params, metrics and fate tags side by side
+04-compare-cli-url.png     the compare URL printed by `trainflow compare`
+05-sweep-curves.png        the sweep run's learning-curves plot in the artifact viewer
+06-report.png              the pipeline's HTML report (report.html) on the parent run
+07-model-registry.png      the registered model: versions, tags, champion/challenger aliases
+
+The browser tests skip only where /usr/bin/chromium is missing and $CI is unset; in CI they run
+(.ci/run installs chromium).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
+SHOTS = REPO_ROOT / "test-output" / "mlflow-ui"
+CHROMIUM = "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
+UI_TIMEOUT_MS = 60_000  # the UI's first load compiles a large bundle on a busy 2-core machine
+MODEL = "digits-smoke"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _env(home: Path, tracking_uri: str) -> dict[str, str]:
+    env = {**os.environ, "TRAINFLOW_HOME": str(home), "MLFLOW_TRACKING_URI": tracking_uri}
+    for key in ("PREFECT_API_URL", "RAY_ADDRESS", "PREFECT_HOME"):
+        env.pop(key, None)
+    return env
+
+
+def _trainflow(home: Path, uri: str, *args: str, timeout: int = 600):
+    workdir = home / "cwd"
+    workdir.mkdir(exist_ok=True)
+    return subprocess.run(
+        [sys.executable, "-m", "trainflow", *args],
+        cwd=workdir,
+        env=_env(home, uri),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ui-home")
+
+
+@pytest.fixture(scope="module")
+def server(home):
+    """`mlflow server` on a free loopback port (sqlite + local artifacts in the home)."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (home / "mlflow-server.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{home / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(home / "mlartifacts"),
+            "--workers",
+            "1",
+        ],
+        cwd=home,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: the uvicorn worker is stopped with it
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    "mlflow server did not start:\n" + (home / "mlflow-server.log").read_text()
+                )
+            time.sleep(0.5)
+        yield url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=15)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def pipeline(home, server) -> dict:
+    """One smoke pipeline run, logged to the server; returns its summary."""
+    out = home / "summary.json"
+    proc = _trainflow(home, server, "run", "--config", SMOKE, "--summary-json", str(out))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def client(server, pipeline):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=server)
+
+
+@pytest.fixture(scope="module")
+def runs(client, pipeline) -> dict:
+    """The run tree of the pipeline: parent, stage runs by stage, trial runs."""
+    experiment_id = pipeline["mlflow"]["experiment_id"]
+    parent = client.get_run(pipeline["mlflow"]["parent_run_id"])
+
+    def children(run_id):
+        return client.search_runs(
+            [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}'"
+        )
+
+    stages = {r.data.tags["trainflow.stage"]: r for r in children(parent.info.run_id)}
+    trials = children(stages["sweep"].info.run_id)
+    return {"experiment_id": experiment_id, "parent": parent, "stages": stages, "trials": trials}
+
+
+@pytest.fixture(scope="module")
+def compare_output(home, server, pipeline) -> str:
+    proc = _trainflow(home, server, "compare", "--config", SMOKE, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc.stdout
+
+
+# ------------------------------------------------------------------------- MLflow, read directly
+
+
+def test_trial_runs_are_named_tagged_and_comparable(pipeline, runs):
+    trials = runs["trials"]
+    assert len(trials) == len(pipeline["sweep"]["trials"]) == 4
+    by_id = {t["trial_id"]: t for t in pipeline["sweep"]["trials"]}
+    for run in trials:
+        tags = run.data.tags
+        trial = by_id[tags["trainflow.trial_id"]]
+        number = int(trial["trial_id"].rsplit("_", 1)[1])
+        assert re.fullmatch(rf"trial {number:02d} · lr=\S+", run.info.run_name), run.info.run_name
+        assert set(run.data.params) == {"train.lr"}
+        assert {"train_loss", "val_loss", "val_accuracy"} <= set(run.data.metrics)
+        assert not {"pid", "timestamp", "done"} & set(run.data.metrics)  # no Tune bookkeeping
+        assert len(trial["history"]) == trial["epochs"]
+        if trial["status"] == "stopped-early":
+            assert re.fullmatch(
+                rf"stopped by ASHA at rung \d \(iteration {trial['epochs']} of 3\)",
+                tags["trainflow.fate_detail"],
+            )
+        else:
+            assert tags["trainflow.fate_detail"] == "completed all 3 iterations"
+
+
+def test_sweep_run_summary_plots_and_report(pipeline, client, runs):
+    sweep = runs["stages"]["sweep"]
+    best = pipeline["sweep"]["best_trial_id"]
+    assert sweep.data.tags["best_trial_id"] == best
+    assert sweep.data.tags["best_trial_name"].startswith(f"trial {int(best[-5:]):02d} · lr=")
+    assert sweep.data.tags["best.train.lr"] == str(pipeline["sweep"]["best_params"]["train.lr"])
+    metrics = sweep.data.metrics
+    assert metrics["epochs_budget"] == 12 and metrics["trials_run"] == 4
+    assert metrics["epochs_saved_fraction"] == pytest.approx(1 - metrics["epochs_spent"] / 12)
+    assert "ASHA sweep" in sweep.data.tags["mlflow.note.content"]
+
+    def artifacts(run, path=None):
+        return {a.path for a in client.list_artifacts(run.info.run_id, path)}
+
+    assert artifacts(sweep, "plots") == {
+        "plots/sweep_curves.png",
+        "plots/asha_rungs.png",
+        "plots/param_train_lr.png",
+    }
+    assert artifacts(runs["stages"]["train"], "plots") == {"plots/curves.png"}
+    assert artifacts(runs["stages"]["evaluate"], "plots") == {
+        "plots/confusion_matrix.png",
+        "plots/per_class.png",
+    }
+    assert "report.html" in artifacts(runs["parent"])
+    page = client.download_artifacts(runs["parent"].info.run_id, "report.html")
+    text = Path(page).read_text()
+    assert text.count("data:image/png;base64,") == 6  # 3 sweep, 1 train, 2 evaluation
+    assert pipeline["report"].endswith(
+        f"/runs/{runs['parent'].info.run_id}/artifactPath/report.html"
+    )
+
+
+def test_registry_version_describes_itself(pipeline, client):
+    version = client.get_model_version(MODEL, pipeline["model"]["version"])
+    assert version.tags["pipeline_run"] == pipeline["mlflow"]["parent_run_id"]
+    assert version.tags["gate.decision"] == pipeline["model"]["decision"]
+    assert f"gate: {pipeline['model']['decision']}" in version.description
+    assert "champion" in client.get_registered_model(MODEL).description
+
+
+def test_compare_command_lists_trials_best_first(compare_output, client, runs):
+    best = {
+        run.info.run_name: max(
+            m.value for m in client.get_metric_history(run.info.run_id, "val_accuracy")
+        )
+        for run in runs["trials"]
+    }
+    positions = {name: compare_output.index(name) for name in best}
+    assert sorted(positions, key=positions.get) == sorted(best, key=lambda n: -best[n])
+    assert "compare view in the MLflow UI: http://127.0.0.1:" in compare_output
+
+
+# ---------------------------------------------------------------------------- the real browser
+
+
+@pytest.fixture(scope="module")
+def browser_context():
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing in CI: .ci/run must install Debian's chromium")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium); runs in CI")
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            yield browser.new_context(viewport={"width": 1600, "height": 1000})
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def ui(browser_context, server, runs):
+    """The browser as a user leaves it after a first visit: the "Model training" side of the
+    UI chosen (runs, models, registry in the menu) and the Assistant panel closed. Both are
+    kept in the browser's local storage, so every later page opens the same way."""
+    page = browser_context.new_page()
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    page.goto(f"{server}/#/experiments/{runs['experiment_id']}/runs")
+    page.get_by_text(runs["parent"].info.run_name, exact=True).wait_for()
+    page.get_by_text("Model training", exact=True).first.click()
+    page.get_by_text("Model registry", exact=True).first.wait_for()
+    close = page.locator('[data-component-id="mlflow.assistant.chat_panel.close"]')
+    if close.count() and close.first.is_visible():
+        close.first.click()
+    page.close()
+    return browser_context
+
+
+@pytest.fixture
+def page(ui):
+    tab = ui.new_page()
+    tab.set_default_timeout(UI_TIMEOUT_MS)
+    yield tab
+    tab.close()
+
+
+def _shot(page, name: str) -> None:
+    page.wait_for_timeout(800)  # let charts finish their transitions
+    page.screenshot(path=str(SHOTS / name))
+
+
+def _expand(page, run_name: str) -> None:
+    cell = page.locator(
+        '[col-id="attributes.`Run Name`"]', has=page.get_by_text(run_name, exact=True)
+    ).first
+    cell.locator("button").first.click()
+
+
+def test_run_tree_shows_the_trials_and_opens_their_compare_view(page, server, pipeline, runs):
+    names = sorted(run.info.run_name for run in runs["trials"])
+    page.goto(f"{server}/#/experiments/{runs['experiment_id']}/runs")
+    parent = runs["parent"].info.run_name
+    page.get_by_text(parent, exact=True).wait_for()
+    _expand(page, parent)
+    for stage in ("sweep", "train", "evaluate"):
+        page.get_by_text(stage, exact=True).first.wait_for()
+    _expand(page, "sweep")
+    for name in names:
+        page.get_by_text(name, exact=True).first.wait_for()
+        row = page.locator(".ag-row", has=page.get_by_text(name, exact=True)).first
+        index = row.get_attribute("row-index")
+        page.locator(f'.ag-row[row-index="{index}"] input[type="checkbox"]').first.check()
+    _shot(page, "01-run-tree.png")
+
+    page.get_by_role("button", name="Compare").first.click()
+    page.wait_for_url("**/compare-runs**")
+    page.get_by_text("train.lr", exact=True).first.wait_for()
+    # plot the trials' learning rate against val_accuracy (the default metric is the first one)
+    metrics = page.locator(
+        ".du-bois-light-select",
+        has=page.locator(".du-bois-light-select-selection-item-content", has_text="epoch"),
+    ).first
+    metrics.locator(".du-bois-light-select-selector").click()
+    page.locator('.du-bois-light-select-item-option[title="val_accuracy"]').first.click()
+    page.keyboard.press("Escape")
+    metrics.locator(".du-bois-light-select-selection-item", has_text="epoch").locator(
+        ".du-bois-light-select-selection-item-remove"
+    ).click()
+    text = page.inner_text("body")
+    assert f"Comparing {len(names)} Runs" in text
+    for name in names:
+        assert name in text
+    _shot(page, "02-compare-plot.png")
+
+    page.get_by_text("Parameters", exact=True).first.evaluate(
+        "e => e.scrollIntoView({block: 'start'})"
+    )
+    text = page.inner_text("body")
+    for run in runs["trials"]:
+        assert run.data.params["train.lr"] in text  # each trial's sampled value, verbatim
+        assert run.data.tags["trainflow.fate_detail"] in text.replace("\n", " ")
+    assert re.search(r"^val_accuracy\s", text, re.MULTILINE), "no val_accuracy row"
+    assert f"{max(r.data.metrics['val_accuracy'] for r in runs['trials']):.3f}" in text
+    _shot(page, "03-compare-tables.png")
+
+
+def test_compare_url_from_the_cli_opens_the_same_view(page, compare_output, runs):
+    url = re.search(r"compare view in the MLflow UI: (\S+)", compare_output).group(1)
+    page.goto(url)
+    page.get_by_text("train.lr", exact=True).first.wait_for()
+    text = page.inner_text("body")
+    assert f"Comparing {len(runs['trials'])} Runs" in text
+    for run in runs["trials"]:
+        assert run.info.run_name in text and run.data.params["train.lr"] in text
+    assert "val_accuracy" in text
+    _shot(page, "04-compare-cli-url.png")
+
+
+def test_sweep_plots_and_report_open_in_the_artifact_viewer(page, server, pipeline, runs):
+    sweep = runs["stages"]["sweep"].info.run_id
+    page.goto(
+        f"{server}/#/experiments/{runs['experiment_id']}/runs/{sweep}"
+        "/artifactPath/plots/sweep_curves.png"
+    )
+    page.get_by_text("asha_rungs.png", exact=True).first.wait_for()
+    # the plot itself (1500 px wide), loaded: not just the viewer around it
+    page.wait_for_function(
+        "() => [...document.images].some(i => i.complete && i.naturalWidth > 600)"
+    )
+    _shot(page, "05-sweep-curves.png")
+
+    page.goto(pipeline["report"])
+    report = page.frame_locator("iframe").first
+    report.get_by_text("Sweep (Ray Tune + ASHA)").wait_for()
+    best = runs["stages"]["sweep"].data.tags["best_trial_name"]
+    report.get_by_text(best, exact=True).first.wait_for()
+    report.get_by_text(f"gate decision: {pipeline['model']['decision']}").wait_for()
+    _shot(page, "06-report.png")
+
+
+def test_model_page_shows_versions_tags_and_aliases(page, server, pipeline):
+    page.goto(f"{server}/#/models/{MODEL}")
+    page.get_by_text("@ champion").first.wait_for()
+    text = page.inner_text("body")
+    assert "challenger" in text and "gate.decision" in text and "pipeline_run" in text
+    assert "the version in use" in text  # the registered model's description
+    _shot(page, "07-model-registry.png")

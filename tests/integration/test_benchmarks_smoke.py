@@ -1,0 +1,78 @@
+"""A seconds-scale smoke of the benchmark harness, as CI runs it: B2 and B6 with ``--smoke``.
+
+Not a timed test of the pipeline: the numbers are not checked, only that the suite runs end to
+end (child processes, Ray, alternation, JSON, docs table) quickly and writes valid results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:  # `benchmarks` is a top-level folder, not an installed package
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks import harness as h  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def test_smoke_b2_b6_writes_valid_json_and_a_table(tmp_path):
+    out, docs = tmp_path / "results", tmp_path / "benchmarks.md"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRAINFLOW_", "MLFLOW_", "PREFECT_", "RAY_ADDRESS"))
+    }
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--smoke",
+            "--only",
+            "B2,B6",
+            "--out",
+            str(out),
+            "--docs",
+            str(docs),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    # Not a timed test (the machine is noisy): the duration is only reported.
+    print(f"B2,B6 smoke took {elapsed:.0f} s")
+
+    for bench_id in ("B2", "B6"):
+        doc = json.loads((out / f"{bench_id}.json").read_text())
+        assert h.validate_result(doc) == [], doc
+        assert doc["status"] == "ok" and doc["smoke"] is True
+        assert doc["machine"]["nproc"] >= 1 and doc["machine"]["cpu_model"]
+        measured = [f for f in doc["figures"] if f["stats"]["n"] > 0]
+        assert measured, f"{bench_id} measured nothing"
+        assert all(f["value"] > 0 for f in measured), doc["figures"]
+        assert doc["samples"] and doc["params"]
+    b2 = json.loads((out / "B2.json").read_text())
+    # Alternation: two repetitions of each preprocessing arm, in A B A B order.
+    assert [len(b2["samples"][arm]) for arm in ("ray_x1", "arrow_x1")] == [2, 2]
+    b6 = json.loads((out / "B6.json").read_text())
+    assert all(s["errored"] == 0 for s in b6["samples"]["sweep"])
+
+    table = docs.read_text()
+    assert h.TABLE_START in table and h.TABLE_END in table
+    assert "[smoke]" in table  # smoke results are shown only because --docs was given
+    assert f"B2 ({b2['duration_s']:.0f} s)" in proc.stdout
