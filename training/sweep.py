@@ -189,9 +189,10 @@ def run_sweep(
                     grace_period=sweep.asha.grace_period,
                     reduction_factor=sweep.asha.reduction_factor,
                 ),
-                # A new trial reuses a finished trial's process: 1.5-3 s of Python and torch
-                # start-up saved per trial (benchmark B6).
-                reuse_actors=True,
+                # A new function trial reuses a finished trial's process: 1.5-3 s of Python and
+                # torch start-up saved per trial (benchmark B6). Not for trials that drive a
+                # TorchTrainer: a second fit() in the same trial process hangs in Ray 2.60.
+                reuse_actors=sweep.workers_per_trial == 1,
             ),
             run_config=tune.RunConfig(
                 name=SWEEP_NAME,
