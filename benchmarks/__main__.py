@@ -159,6 +159,21 @@ def _run_one(args, bench_id: str, suite_id: str, shared: Path, selection: list[s
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     }
+
+    def failed(error: str) -> dict:
+        """Record a benchmark that produced no result of its own, so the suite goes on."""
+        doc = h.make_result(
+            bench_id,
+            module.TITLE,
+            None,
+            smoke=args.smoke,
+            duration_s=time.perf_counter() - started,
+            error=error,
+            suite_id=suite_id,
+        )
+        h.write_result(doc, _out_dir(args))
+        return doc
+
     # A session of its own: on a timeout the child and everything it started can be stopped.
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, start_new_session=True)
     try:
@@ -169,41 +184,14 @@ def _run_one(args, bench_id: str, suite_id: str, shared: Path, selection: list[s
     except subprocess.TimeoutExpired:
         h.log(f"{bench_id}: over its {limit:.0f} s limit; stopping it")
         _stop_group(proc)
-        doc = h.make_result(
-            bench_id,
-            module.TITLE,
-            None,
-            smoke=args.smoke,
-            duration_s=time.perf_counter() - started,
-            error=f"timed out after {limit:.0f} s",
-            suite_id=suite_id,
-        )
-        h.write_result(doc, _out_dir(args))
+        failed(f"timed out after {limit:.0f} s")
     path = _out_dir(args) / f"{bench_id}.json"
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
-        doc = h.make_result(
-            bench_id,
-            module.TITLE,
-            None,
-            smoke=args.smoke,
-            duration_s=time.perf_counter() - started,
-            error=f"the child exited with {proc.returncode} and wrote no result",
-            suite_id=suite_id,
-        )
-        h.write_result(doc, _out_dir(args))
+        doc = failed(f"the child exited with {proc.returncode} and wrote no result")
     if doc.get("suite_id") != suite_id:
-        doc = h.make_result(
-            bench_id,
-            module.TITLE,
-            None,
-            smoke=args.smoke,
-            duration_s=time.perf_counter() - started,
-            error=f"the child exited with {proc.returncode} before writing its result",
-            suite_id=suite_id,
-        )
-        h.write_result(doc, _out_dir(args))
+        doc = failed(f"the child exited with {proc.returncode} before writing its result")
     return doc
 
 
