@@ -44,7 +44,15 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
         if address:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         else:
+            dashboard_port = free_port()
+            # Train V2's placement-group cleaner queries the State API from inside the cluster;
+            # without an explicit address it auto-detects, and with two Ray instances on one
+            # machine (two runs at once, a test beside a run) it may ask the wrong one.
+            runtime_env["env_vars"]["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dashboard_port}"
             ray.init(
+                # "local": always a new instance; with no address Ray would join whatever
+                # cluster `ray start` last started on this machine.
+                address="local",
                 num_cpus=ray_config.num_cpus,
                 # The dashboard serves the State API that Train V2 uses to clean up placement
                 # groups of trials stopped by ASHA; without it later trials hang.
@@ -52,6 +60,7 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
                 # The dashboard's HTTP API stays on loopback. (Ray's own gRPC ports bind to all
                 # interfaces and Ray maps 127.0.0.1 to the host IP; see docs/architecture.md.)
                 dashboard_host="127.0.0.1",
+                dashboard_port=dashboard_port,
                 runtime_env=runtime_env,
                 configure_logging=True,
                 logging_level=logging.WARNING,
@@ -63,6 +72,15 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
             "RAY_ADDRESS, or unset it to use a local instance"
         ) from None
     return ray.cluster_resources()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free right now (the caller binds it soon after)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def check_can_host(total: dict[str, float], workers: int, per_worker: dict[str, float]) -> None:
