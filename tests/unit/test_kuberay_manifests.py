@@ -296,7 +296,10 @@ def test_credentials_come_only_from_secrets(raycluster, rayjob, job_template):
     manifests = [raycluster, rayjob, job_template["job_configuration"]["job_manifest"]]
     entries = [entry for manifest in manifests for entry in _env_entries(manifest)]
     credentials = [entry for entry in entries if CREDENTIAL_NAME.search(entry["name"])]
-    assert {entry["name"] for entry in credentials} >= {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    assert {entry["name"] for entry in credentials} >= {
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    }
     for entry in credentials:
         assert "value" not in entry and "secretKeyRef" in entry["valueFrom"], entry
     config_map = load_yaml(KUBERAY / "trainflow-env.yaml")
@@ -306,7 +309,11 @@ def test_credentials_come_only_from_secrets(raycluster, rayjob, job_template):
     for pod in ray_pod_specs(raycluster["spec"]).values():
         for container in pod["containers"]:
             names = {entry["name"] for entry in container["env"]}
-            assert {"RAY_USAGE_STATS_ENABLED", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= names
+            assert {
+                "RAY_USAGE_STATS_ENABLED",
+                "AWS_ACCESS_KEY_ID",
+                "AWS_SECRET_ACCESS_KEY",
+            } <= names
             refs = [source["configMapRef"]["name"] for source in container["envFrom"]]
             assert refs == [config_map["metadata"]["name"]]
 
