@@ -95,7 +95,7 @@ def require_api_url() -> str:
 
 def deploy_all(pool: str, names: list[str] | None = None) -> list[dict[str, Any]]:
     """Create or update the deployments on ``PREFECT_API_URL``; returns name, id and schedule."""
-    require_api_url()
+    api_url = require_api_url()
     from prefect import flow
 
     chosen = [spec(name) for name in names] if names else list(DEPLOYMENTS)
@@ -116,6 +116,8 @@ def deploy_all(pool: str, names: list[str] | None = None) -> list[dict[str, Any]
             print_next_steps=False,
             ignore_warnings=True,
         )
+        if not item.paused:
+            schedule_next_runs(api_url, str(deployment_id))
         deployed.append(
             {
                 "name": f"{FLOW_NAME}/{item.name}",
@@ -126,6 +128,21 @@ def deploy_all(pool: str, names: list[str] | None = None) -> list[dict[str, Any]
             }
         )
     return deployed
+
+
+def schedule_next_runs(api_url: str, deployment_id: str) -> None:
+    """Have the server create the next scheduled runs now, as its scheduler loop would within a
+    minute, so that `trainflow status` shows them right after a deploy."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{api_url.rstrip('/')}/deployments/{deployment_id}/schedule",
+        data=json.dumps({}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30):
+        pass
 
 
 def trigger(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -8,6 +8,7 @@ The CLI reads the URLs from that state file while the stack runs (see trainflow/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -189,6 +190,9 @@ def _tool(name: str) -> str:
 
 def port_is_free(port: int, host: str = HOST) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the servers do: a port left in TIME_WAIT by a stopped server is free, a listener
+        # is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -236,9 +240,7 @@ def _wait_until(
         if ready():
             return
         if not part.is_running():
-            raise StackError(
-                f"{what} exited during start-up; see {part.log}:\n{_log_tail(part)}"
-            )
+            raise StackError(f"{what} exited during start-up; see {part.log}:\n{_log_tail(part)}")
         time.sleep(interval)
     raise StackError(
         f"{what} was not ready in time; see {part.log} (raise `trainflow up --timeout`):\n"
@@ -282,13 +284,26 @@ def _check_ports(options: UpOptions) -> None:
             )
 
 
+def service_environment(home: Path) -> dict[str, str]:
+    """Quiet, offline defaults for every process of ours (CLI, servers, worker, flow runs)."""
+    return {
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        # Ray Data progress bars garble the stage logs; the stages log their own progress.
+        "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
+        "RAY_AIR_NEW_OUTPUT": "0",
+        "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false",
+        "GIT_PYTHON_REFRESH": "quiet",
+    }
+
+
 def base_environment(home: Path) -> dict[str, str]:
     """Environment of every stack process: the caller's (credentials included, never copied
     anywhere else), plus the home and quiet, offline services."""
-    from trainflow.env import service_defaults
-
     env = dict(os.environ)
-    for key, value in service_defaults(home).items():
+    for key, value in service_environment(home).items():
         env.setdefault(key, value)
     env["TRAINFLOW_HOME"] = str(home)
     return env
@@ -489,17 +504,13 @@ def stop(state: StackState, grace_s: float = STOP_GRACE_S) -> list[str]:
 
 def _signal_group(part: Part, sig: int) -> None:
     if part.is_running():
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(part.pid, sig)
-        except ProcessLookupError:
-            pass
         return
     # The leader is gone but children of ours may live on: signal them one by one.
     for pid in group_members(part):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def down(home: Path | None = None) -> tuple[StackState | None, list[str]]:

@@ -15,21 +15,6 @@ MLFLOW_URI_ENV = "MLFLOW_TRACKING_URI"
 PREFECT_HEALTH_TIMEOUT_S = 5.0
 
 
-def service_defaults(home: Path) -> dict[str, str]:
-    """Quiet, offline defaults for every process of ours (CLI, servers, worker, flow runs)."""
-    return {
-        "PREFECT_HOME": str(home / "prefect"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_UI_ENABLED": "false",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        # Ray Data progress bars garble the stage logs; the stages log their own progress.
-        "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
-        "RAY_AIR_NEW_OUTPUT": "0",
-        "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false",
-        "GIT_PYTHON_REFRESH": "quiet",
-    }
-
-
 def prepare_environment(use_stack: bool = True, tracking_uri_configured: bool = False) -> None:
     """Keep Prefect's state under the trainflow home and every service quiet and offline.
 
@@ -38,7 +23,9 @@ def prepare_environment(use_stack: bool = True, tracking_uri_configured: bool = 
     """
     home = trainflow_home()
     home.mkdir(parents=True, exist_ok=True)
-    for key, value in service_defaults(home).items():
+    from deployments.stack import service_environment
+
+    for key, value in service_environment(home).items():
         os.environ.setdefault(key, value)
     if use_stack:
         urls = stack_urls(home)
