@@ -157,10 +157,15 @@ def _same_process(pid: int, create_time: float) -> bool:
 
 
 def group_members(part: Part) -> list[int]:
-    """PIDs of live processes in the part's process group started no earlier than its leader
-    (a PID/group id reused by an unrelated program is not ours)."""
+    """PIDs of live processes in the part's process group.
+
+    The kernel does not hand out a PID that is still some group's id, so while any member of
+    our group lives the id is ours; if the PID instead belongs to a younger, unrelated process
+    (our group died out and the number was reused), nothing is ours."""
     import psutil
 
+    if _process_start_time(part.pid) is not None and not _same_process(part.pid, part.create_time):
+        return []
     members = []
     for proc in psutil.process_iter(["pid", "create_time"]):
         try:
