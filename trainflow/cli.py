@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainflow.compare import compare as compare_command
-from training.errors import TrainflowError
+from training.errors import ConfigError, TrainflowError
 
 app = typer.Typer(
     help="trainflow: Ray Data -> Ray Tune (ASHA) -> Ray Train -> evaluation -> MLflow registry, "
@@ -420,6 +420,8 @@ def _trigger_deployment(name: str, config_file: Path | None, overrides: list[str
         run = deployments.trigger(
             name, config.model_dump(mode="json") if config is not None else None
         )
+    except ConfigError as exc:
+        _fail(exc, code=2)
     except TrainflowError as exc:
         _fail(exc)
     import os

@@ -207,6 +207,8 @@ def test_unreachable_s3_endpoint_fails_the_run_fast(stack):
         "storage.root=s3://trainflow-e2e/stack",
         "--set",
         f"storage.endpoint_url={endpoint}",
+        "--set",
+        "mlflow.experiment=trainflow-unreachable",
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
         AWS_DEFAULT_REGION="us-east-1",
@@ -250,18 +252,65 @@ def test_mlflow_server_has_the_run_tree_and_a_registered_version(stack, smoke_ru
     experiment = client.get_experiment_by_name("trainflow-smoke")
     assert experiment is not None
     runs = client.search_runs([experiment.experiment_id], max_results=200)
-    stages = {}
-    for run in runs:
-        stages.setdefault(run.data.tags.get("trainflow.stage"), []).append(run)
-    assert len(stages["pipeline"]) == 1
-    parent = stages["pipeline"][0]
+    parents = [r for r in runs if r.data.tags.get("prefect.flow_run_id") == smoke_run["id"]]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.data.tags["trainflow.stage"] == "pipeline"
     assert parent.info.status == "FINISHED"
-    assert parent.data.tags["prefect.flow_run_id"] == smoke_run["id"]
-    assert len(stages["trial"]) == 4
+    children = {r.info.run_id: r for r in runs if r.data.tags.get("mlflow.parentRunId")}
+    stages = {}
+    for run in children.values():
+        stages.setdefault(run.data.tags.get("trainflow.stage"), []).append(run)
     assert [r.data.tags["mlflow.parentRunId"] for r in stages["train"]] == [parent.info.run_id]
+    sweep = stages["sweep"][0]
+    assert sweep.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    trials = [r for r in stages["trial"] if r.data.tags["mlflow.parentRunId"] == sweep.info.run_id]
+    assert len(trials) == 4
     versions = client.search_model_versions("name = 'digits-smoke'")
     assert len(versions) == 1
     assert versions[0].run_id in {r.info.run_id for r in runs}
+
+
+def _final_state(api: str, flow_run_id: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        flow_run = _get(f"{api}/flow_runs/{flow_run_id}")
+        if flow_run["state_type"] in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}:
+            return flow_run
+        assert time.monotonic() < deadline, f"still {flow_run['state_type']} after the deadline"
+        time.sleep(2)
+
+
+def test_bad_parameters_on_a_deployment_run_fail_fast(stack, deployed, smoke_finished):
+    import copy
+    import urllib.error
+
+    api = f"{stack['state']['prefect_url']}/api"
+    smoke = _get(f"{api}/deployments/name/pipeline/smoke")
+    create = f"{api}/deployments/{smoke['id']}/create_flow_run"
+
+    # A value the schema forbids: the server refuses the run, nothing starts.
+    bad = copy.deepcopy(smoke["parameters"])
+    bad["config"]["train"]["lr"] = -1
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _post(create, {"parameters": bad})
+    assert refused.value.code in (409, 422)
+    assert "lr" in refused.value.read().decode()
+
+    # A cross-field rule: the flow validates the config before its first task.
+    bad = copy.deepcopy(smoke["parameters"])
+    bad["config"]["sweep"]["asha"]["grace_period"] = 9
+    flow_run = _post(create, {"parameters": bad})
+    final = _final_state(api, flow_run["id"], timeout_s=240)
+    assert final["state_type"] == "FAILED", final["state"]
+    assert "grace_period" in final["state"]["message"], final["state"]
+    tasks = _post(f"{api}/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run["id"]]}}})
+    assert tasks == []
+
+    # The CLI checks overrides of a deployment's config before it triggers anything.
+    proc = trainflow(stack["home"], "run", "--deployment", "smoke", "--set", "train.lr=-1")
+    assert proc.returncode == 2
+    assert "train.lr" in proc.stderr and "greater than 0" in proc.stderr
 
 
 def test_nightly_has_its_cron_and_next_runs(stack, deployed):
