@@ -31,7 +31,7 @@ DEFAULT_PREFECT_PORT = 4200
 DEFAULT_MLFLOW_PORT = 5000
 DEFAULT_POOL = "trainflow"
 DEFAULT_TIMEOUT_S = 180.0
-STOP_GRACE_S = 15.0
+STOP_GRACE_S = 10.0
 HTTP_PROBE_TIMEOUT_S = 3.0
 # The worker polls the server for due runs; Prefect's default (10 s) only delays a triggered run.
 WORKER_QUERY_SECONDS = "5"
