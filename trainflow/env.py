@@ -3,27 +3,65 @@
 from __future__ import annotations
 
 import os
+import urllib.error
+import urllib.request
+from pathlib import Path
 
+from training.errors import ServiceUnreachableError
 from training.storage import trainflow_home
 
+PREFECT_API_ENV = "PREFECT_API_URL"
+MLFLOW_URI_ENV = "MLFLOW_TRACKING_URI"
+PREFECT_HEALTH_TIMEOUT_S = 5.0
 
-def prepare_environment() -> None:
+
+def prepare_environment(use_stack: bool = True, tracking_uri_configured: bool = False) -> None:
     """Keep Prefect's state under the trainflow home and every service quiet and offline.
 
-    Only defaults: anything the user exported wins.
+    While `trainflow up`'s stack runs, point Prefect and MLflow at its servers. Only defaults:
+    anything the user exported wins, and so does a configured ``mlflow.tracking_uri``.
     """
     home = trainflow_home()
     home.mkdir(parents=True, exist_ok=True)
-    defaults = {
-        "PREFECT_HOME": str(home / "prefect"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_UI_ENABLED": "false",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        # Ray Data progress bars garble the stage logs; the stages log their own progress.
-        "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
-        "RAY_AIR_NEW_OUTPUT": "0",
-        "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false",
-        "GIT_PYTHON_REFRESH": "quiet",
-    }
-    for key, value in defaults.items():
+    from deployments.stack import service_environment
+
+    for key, value in service_environment(home).items():
         os.environ.setdefault(key, value)
+    if use_stack:
+        urls = stack_urls(home)
+        if urls is not None:
+            os.environ.setdefault(PREFECT_API_ENV, urls[0])
+            if not tracking_uri_configured:
+                os.environ.setdefault(MLFLOW_URI_ENV, urls[1])
+
+
+def stack_urls(home: Path | None = None) -> tuple[str, str] | None:
+    """(Prefect API URL, MLflow URL) of the stack `trainflow up` started, if it still runs."""
+    from deployments.stack import running_state
+
+    state = running_state(home)
+    if state is None:
+        return None
+    return state.prefect_api_url, state.mlflow_url
+
+
+def check_prefect_api(timeout: float = PREFECT_HEALTH_TIMEOUT_S) -> None:
+    """With ``PREFECT_API_URL`` set, fail at once (not after Prefect's client retries) if the
+    server does not answer, naming the URL and the fix."""
+    url = os.environ.get(PREFECT_API_ENV)
+    if not url:
+        return
+    health = url.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(health, timeout=timeout) as response:
+            if response.status == 200:
+                return
+            reason = f"GET /health answered HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        reason = f"GET /health answered HTTP {exc.code}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = str(getattr(exc, "reason", exc))
+    raise ServiceUnreachableError(
+        f"Prefect API {url} is not reachable ({reason}); start the stack with `trainflow up`, "
+        f"or unset {PREFECT_API_ENV} to run with a temporary local Prefect server"
+    )

@@ -102,7 +102,11 @@ def exists(uri: str, endpoint_url: str | None = None) -> bool:
     except OSError as exc:
         # A remote store that does not answer may come back: let the task retry it.
         error = ServiceUnreachableError if is_remote(uri) else StorageError
-        raise error(f"cannot reach {uri}: {exc}; check the path or storage.endpoint_url") from None
+        endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+        where = f" (S3 endpoint {endpoint})" if is_remote(uri) and endpoint else ""
+        raise error(
+            f"cannot reach {uri}{where}: {exc}; check the path or storage.endpoint_url"
+        ) from None
 
 
 def read_text(uri: str, endpoint_url: str | None = None) -> str:

@@ -1,0 +1,181 @@
+"""The scheduled deployments of the pipeline flow (`trainflow deploy`).
+
+Each deployment runs ``flows/pipeline.py:pipeline`` from this checkout on the stack's process work
+pool. Its one parameter, ``config``, is the validated configuration of a YAML file in configs/,
+so the Prefect UI shows the schema as a form and a run's parameters are a whole config.
+Deploying again updates the deployments in place (same names, same schedule slugs).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from training.errors import ConfigError, ServiceUnreachableError, TrainflowError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENTRYPOINT = "flows/pipeline.py:pipeline"
+FLOW_NAME = "pipeline"
+# A fixed anchor keeps an interval schedule identical across re-deploys (Prefect's default
+# anchor is "now", which would make every deploy a schedule change).
+INTERVAL_ANCHOR = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    name: str
+    config_file: str
+    description: str
+    cron: str | None = None
+    interval: datetime.timedelta | None = None
+    timezone: str = "UTC"
+    paused: bool = False
+    tags: tuple[str, ...] = ()
+
+
+DEPLOYMENTS = (
+    DeploymentSpec(
+        name="nightly",
+        config_file="configs/default.yaml",
+        description="The full pipeline every night: sweep, train, evaluate, promote.",
+        cron="0 2 * * *",
+        timezone="Europe/Berlin",
+        tags=("scheduled",),
+    ),
+    DeploymentSpec(
+        name="smoke",
+        config_file="configs/smoke.yaml",
+        description="The whole pipeline on the smoke config (a few minutes); paused by default, "
+        "run it by hand or resume its schedule.",
+        interval=datetime.timedelta(hours=6),
+        timezone="UTC",
+        paused=True,
+        tags=("smoke",),
+    ),
+)
+
+
+def spec(name: str) -> DeploymentSpec:
+    for item in DEPLOYMENTS:
+        if item.name == name:
+            return item
+    known = ", ".join(d.name for d in DEPLOYMENTS)
+    raise ConfigError(f"no deployment named {name!r}; the deployments are: {known}")
+
+
+def spec_parameters(item: DeploymentSpec) -> dict[str, Any]:
+    """The deployment's parameters: its YAML file validated against the config schema."""
+    from training.config import load_config
+
+    config = load_config(REPO_ROOT / item.config_file)
+    return {"config": config.model_dump(mode="json")}
+
+
+def _schedule(item: DeploymentSpec):
+    from prefect.schedules import Cron, Interval
+
+    slug = f"{item.name}-schedule"
+    if item.cron is not None:
+        return Cron(item.cron, timezone=item.timezone, slug=slug)
+    return Interval(item.interval, anchor_date=INTERVAL_ANCHOR, timezone=item.timezone, slug=slug)
+
+
+def require_api_url() -> str:
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:
+        raise ServiceUnreachableError(
+            "no Prefect server to deploy to: start the stack with `trainflow up` "
+            "(or export PREFECT_API_URL)"
+        )
+    return url
+
+
+def deploy_all(pool: str, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """Create or update the deployments on ``PREFECT_API_URL``; returns name, id and schedule."""
+    api_url = require_api_url()
+    from prefect import flow
+
+    chosen = [spec(name) for name in names] if names else list(DEPLOYMENTS)
+    pipeline = flow.from_source(source=str(REPO_ROOT), entrypoint=ENTRYPOINT)
+    deployed = []
+    for item in chosen:
+        schedule = _schedule(item)
+        deployment_id = pipeline.deploy(
+            name=item.name,
+            work_pool_name=pool,
+            schedules=[schedule],
+            paused=item.paused,
+            parameters=spec_parameters(item),
+            description=item.description,
+            tags=list(item.tags),
+            build=False,
+            push=False,
+            print_next_steps=False,
+            ignore_warnings=True,
+        )
+        if not item.paused:
+            schedule_next_runs(api_url, str(deployment_id))
+        deployed.append(
+            {
+                "name": f"{FLOW_NAME}/{item.name}",
+                "id": str(deployment_id),
+                "schedule": f"cron {item.cron}" if item.cron else f"every {item.interval}",
+                "timezone": item.timezone,
+                "paused": item.paused,
+            }
+        )
+    return deployed
+
+
+def schedule_next_runs(api_url: str, deployment_id: str) -> None:
+    """Have the server create the next scheduled runs now, as its scheduler loop would within a
+    minute, so that `trainflow status` shows them right after a deploy."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{api_url.rstrip('/')}/deployments/{deployment_id}/schedule",
+        data=json.dumps({}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30):
+        pass
+
+
+def trigger(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Start a run of deployment ``pipeline/<name>`` now; ``overrides`` (a validated config dump)
+    replace its config parameter. Returns the flow run's id and name."""
+    require_api_url()
+    from prefect.deployments import run_deployment
+    from prefect.exceptions import ObjectNotFound
+
+    parameters = {"config": overrides} if overrides is not None else None
+    try:
+        flow_run = run_deployment(
+            name=f"{FLOW_NAME}/{name}", parameters=parameters, timeout=0, as_subflow=False
+        )
+    except ObjectNotFound:
+        raise TrainflowError(
+            f"no deployment {FLOW_NAME}/{name} on the Prefect server; run `trainflow deploy` first"
+        ) from None
+    return {"id": str(flow_run.id), "name": flow_run.name}
+
+
+def deployment_parameters(name: str) -> dict[str, Any]:
+    """The ``config`` parameter stored on deployment ``pipeline/<name>``."""
+    require_api_url()
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            deployment = client.read_deployment_by_name(f"{FLOW_NAME}/{name}")
+        except ObjectNotFound:
+            raise TrainflowError(
+                f"no deployment {FLOW_NAME}/{name} on the Prefect server; run `trainflow deploy` "
+                "first"
+            ) from None
+    return dict(deployment.parameters.get("config") or {})

@@ -1,0 +1,359 @@
+"""The local stack as a user runs it (issue 3), on real servers and free ports in a temporary home:
+`trainflow up`, `deploy`, a triggered `smoke` deployment run through the worker to COMPLETED, the
+MLflow server's run tree and registry, `nightly`'s schedule, `status`, `up` twice, `down`.
+
+Piggybacks issue 5 case 9 (unreachable MLflow / S3 against the running stack) and case 13 (every
+process `up` started listens on 127.0.0.1 only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+TRAINFLOW = [sys.executable, "-m", "trainflow"]
+SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
+RUN_TIMEOUT_S = 480  # the smoke pipeline takes ~90 s on 2 cores; generous under CI load
+FAIL_FAST_S = 60  # issue 5 case 9: an unreachable service fails a run within a minute
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def closed_port() -> int:
+    """A port that was just bound and closed: nothing listens there."""
+    return free_port()
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    env = {**os.environ, "TRAINFLOW_HOME": str(home)}
+    for key in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "RAY_ADDRESS", "PREFECT_HOME"):
+        env.pop(key, None)
+    env.update(extra)
+    return env
+
+
+def trainflow(home: Path, *args: str, timeout: int = 300, **env: str):
+    workdir = home / "cwd"
+    workdir.mkdir(exist_ok=True)
+    return subprocess.run(
+        [*TRAINFLOW, *args],
+        cwd=workdir,
+        env=_env(home, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _post(url: str, body: dict):
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _pids_of_tree(pids: list[int]) -> list[int]:
+    import psutil
+
+    found = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            found += [proc.pid] + [child.pid for child in proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """`trainflow up` on free ports; `trainflow down` at the end whatever happened."""
+    home = tmp_path_factory.mktemp("stack-home")
+    ports = {"prefect": free_port(), "mlflow": free_port()}
+    start = time.monotonic()
+    proc = trainflow(
+        home,
+        "up",
+        "--prefect-port",
+        str(ports["prefect"]),
+        "--mlflow-port",
+        str(ports["mlflow"]),
+        "--timeout",
+        "240",
+    )
+    up_seconds = time.monotonic() - start
+    state_file = home / "stack" / "state.json"
+    try:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        state = json.loads(state_file.read_text())
+        yield {"home": home, "state": state, "ports": ports, "up_seconds": up_seconds}
+    finally:
+        if state_file.exists():
+            trainflow(home, "down", timeout=120)
+    print(f"\ntrainflow up took {up_seconds:.1f} s")
+
+
+@pytest.fixture(scope="module")
+def deployed(stack):
+    proc = trainflow(stack["home"], "deploy")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "pipeline/nightly" in proc.stdout and "pipeline/smoke" in proc.stdout
+    return proc
+
+
+@pytest.fixture(scope="module")
+def smoke_run(stack, deployed):
+    """`trainflow run --deployment smoke`: only triggers; the worker runs it meanwhile."""
+    triggered = time.monotonic()
+    proc = trainflow(stack["home"], "run", "--deployment", "smoke")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    flow_run_id = proc.stdout.split("(", 1)[1].split(")", 1)[0]
+    return {"id": flow_run_id, "triggered": triggered, "stdout": proc.stdout}
+
+
+def test_up_records_parts_on_the_requested_ports(stack):
+    state = stack["state"]
+    assert set(state["parts"]) == {"prefect", "mlflow", "worker"}
+    assert state["prefect_url"] == f"http://127.0.0.1:{stack['ports']['prefect']}"
+    assert state["mlflow_url"] == f"http://127.0.0.1:{stack['ports']['mlflow']}"
+    assert _get(f"{state['prefect_url']}/api/health") is True
+    with urllib.request.urlopen(f"{state['mlflow_url']}/health", timeout=10) as response:
+        assert response.read() == b"OK"
+    # The MLflow server serves the embedded default's store, so earlier runs show up.
+    assert f"sqlite:///{stack['home'] / 'mlflow.db'}" in state["parts"]["mlflow"]["command"]
+    for part in state["parts"].values():
+        assert _alive(part["pid"]), part
+        assert Path(part["log"]).is_file()
+
+
+def test_every_process_up_started_listens_on_loopback_only(stack):
+    """Issue 5 case 13: the listening sockets of the servers, the worker and their children."""
+    import psutil
+
+    pids = set(_pids_of_tree([p["pid"] for p in stack["state"]["parts"].values()]))
+    listening = [
+        conn
+        for conn in psutil.net_connections(kind="inet")
+        if conn.status == psutil.CONN_LISTEN and conn.pid in pids
+    ]
+    ports = {conn.laddr.port for conn in listening}
+    assert {stack["ports"]["prefect"], stack["ports"]["mlflow"]} <= ports, listening
+    assert all(conn.laddr.ip == "127.0.0.1" for conn in listening), listening
+
+
+def test_up_twice_is_a_no_op(stack):
+    before = stack["state"]
+    proc = trainflow(stack["home"], "up")  # default ports: it must not even look at them
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "already running" in proc.stdout
+    assert stack["state"]["prefect_url"] in proc.stdout
+    after = json.loads((stack["home"] / "stack" / "state.json").read_text())
+    assert {k: p["pid"] for k, p in after["parts"].items()} == {
+        k: p["pid"] for k, p in before["parts"].items()
+    }
+
+
+def test_unreachable_mlflow_fails_the_run_fast(stack):
+    """Issue 5 case 9: MLflow at a closed port; Prefect is the running stack."""
+    url = f"http://127.0.0.1:{closed_port()}"
+    start = time.monotonic()
+    proc = trainflow(stack["home"], "run", "--config", SMOKE, MLFLOW_TRACKING_URI=url)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert elapsed < FAIL_FAST_S, elapsed
+    assert url in proc.stderr and "trainflow up" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_unreachable_s3_endpoint_fails_the_run_fast(stack):
+    """Issue 5 case 9: storage.endpoint_url at a closed port."""
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    start = time.monotonic()
+    proc = trainflow(
+        stack["home"],
+        "run",
+        "--config",
+        SMOKE,
+        "--set",
+        "storage.root=s3://trainflow-e2e/stack",
+        "--set",
+        f"storage.endpoint_url={endpoint}",
+        "--set",
+        "mlflow.experiment=trainflow-unreachable",
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert elapsed < FAIL_FAST_S, elapsed
+    assert endpoint in proc.stderr and "storage.endpoint_url" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def smoke_finished(stack, smoke_run):
+    """The triggered run's final state, polled (bounded) through the Prefect API."""
+    api = f"{stack['state']['prefect_url']}/api"
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        flow_run = _get(f"{api}/flow_runs/{smoke_run['id']}")
+        if flow_run["state_type"] in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}:
+            break
+        assert time.monotonic() < deadline, f"still {flow_run['state_type']} after the deadline"
+        time.sleep(2)
+    seconds = time.monotonic() - smoke_run["triggered"]
+    print(f"\nsmoke deployment run: trigger to {flow_run['state_type']} in {seconds:.1f} s")
+    return flow_run
+
+
+def test_smoke_deployment_run_completes_on_the_stack(stack, smoke_finished):
+    flow_run = smoke_finished
+    assert flow_run["state_type"] == "COMPLETED", flow_run["state"]
+    api = f"{stack['state']['prefect_url']}/api"
+    deployment = _get(f"{api}/deployments/{flow_run['deployment_id']}")
+    assert deployment["name"] == "smoke"
+    # The run's parameter is the smoke config, validated and whole.
+    assert flow_run["parameters"]["config"]["sweep"]["num_samples"] == 4
+
+
+def test_mlflow_server_has_the_run_tree_and_a_registered_version(stack, smoke_run, smoke_finished):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=stack["state"]["mlflow_url"])
+    experiment = client.get_experiment_by_name("trainflow-smoke")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id], max_results=200)
+    parents = [r for r in runs if r.data.tags.get("prefect.flow_run_id") == smoke_run["id"]]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.data.tags["trainflow.stage"] == "pipeline"
+    assert parent.info.status == "FINISHED"
+    children = {r.info.run_id: r for r in runs if r.data.tags.get("mlflow.parentRunId")}
+    stages = {}
+    for run in children.values():
+        stages.setdefault(run.data.tags.get("trainflow.stage"), []).append(run)
+    assert [r.data.tags["mlflow.parentRunId"] for r in stages["train"]] == [parent.info.run_id]
+    sweep = stages["sweep"][0]
+    assert sweep.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    trials = [r for r in stages["trial"] if r.data.tags["mlflow.parentRunId"] == sweep.info.run_id]
+    assert len(trials) == 4
+    versions = client.search_model_versions("name = 'digits-smoke'")
+    assert len(versions) == 1
+    assert versions[0].run_id in {r.info.run_id for r in runs}
+
+
+def _final_state(api: str, flow_run_id: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        flow_run = _get(f"{api}/flow_runs/{flow_run_id}")
+        if flow_run["state_type"] in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}:
+            return flow_run
+        assert time.monotonic() < deadline, f"still {flow_run['state_type']} after the deadline"
+        time.sleep(2)
+
+
+def test_bad_parameters_on_a_deployment_run_fail_fast(stack, deployed, smoke_finished):
+    import copy
+    import urllib.error
+
+    api = f"{stack['state']['prefect_url']}/api"
+    smoke = _get(f"{api}/deployments/name/pipeline/smoke")
+    create = f"{api}/deployments/{smoke['id']}/create_flow_run"
+
+    # A value the schema forbids: the server refuses the run, nothing starts.
+    bad = copy.deepcopy(smoke["parameters"])
+    bad["config"]["train"]["lr"] = -1
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _post(create, {"parameters": bad})
+    assert refused.value.code in (409, 422)
+    assert "lr" in refused.value.read().decode()
+
+    # A cross-field rule: the flow validates the config before its first task.
+    bad = copy.deepcopy(smoke["parameters"])
+    bad["config"]["sweep"]["asha"]["grace_period"] = 9
+    flow_run = _post(create, {"parameters": bad})
+    final = _final_state(api, flow_run["id"], timeout_s=240)
+    assert final["state_type"] == "FAILED", final["state"]
+    assert "grace_period" in final["state"]["message"], final["state"]
+    tasks = _post(f"{api}/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run["id"]]}}})
+    assert tasks == []
+
+    # The CLI checks overrides of a deployment's config before it triggers anything.
+    proc = trainflow(stack["home"], "run", "--deployment", "smoke", "--set", "train.lr=-1")
+    assert proc.returncode == 2
+    assert "train.lr" in proc.stderr and "greater than 0" in proc.stderr
+
+
+def test_nightly_has_its_cron_and_next_runs(stack, deployed):
+    api = f"{stack['state']['prefect_url']}/api"
+    nightly = _get(f"{api}/deployments/name/pipeline/nightly")
+    schedule = nightly["schedules"][0]["schedule"]
+    assert schedule["cron"] == "0 2 * * *"
+    assert schedule["timezone"] == "Europe/Berlin"
+    assert nightly["paused"] is False
+    assert nightly["parameters"]["config"]["train"]["max_epochs"] == 20  # configs/default.yaml
+    assert nightly["work_pool_name"] == stack["state"]["pool"]
+    assert nightly["entrypoint"] == "flows/pipeline.py:pipeline"
+    smoke = _get(f"{api}/deployments/name/pipeline/smoke")
+    assert smoke["paused"] is True
+    assert smoke["schedules"][0]["schedule"]["interval"] == 6 * 3600
+
+    proc = trainflow(stack["home"], "status", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    status = json.loads(proc.stdout)
+    assert status["running"] is True
+    assert all(part["healthy"] for part in status["parts"])
+    by_name = {d["name"]: d for d in status["deployments"]}
+    assert len(by_name["nightly"]["next_runs"]) >= 1
+    # 02:00 in Berlin is 01:00 (winter) or 00:00 (summer) UTC.
+    assert by_name["nightly"]["next_runs"][0][11:19] in {"01:00:00", "00:00:00"}
+    assert by_name["smoke"]["next_runs"] == []  # paused: nothing scheduled
+
+
+def test_redeploy_is_idempotent(stack, deployed, smoke_finished):
+    api = f"{stack['state']['prefect_url']}/api"
+    before = {d["name"]: d["id"] for d in _post(f"{api}/deployments/filter", {})}
+    proc = trainflow(stack["home"], "deploy")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = {d["name"]: d["id"] for d in _post(f"{api}/deployments/filter", {})}
+    assert after == before
+
+
+def test_down_stops_every_started_process(stack, smoke_finished):
+    pids = _pids_of_tree([p["pid"] for p in stack["state"]["parts"].values()])
+    assert pids
+    proc = trainflow(stack["home"], "down", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not any(_alive(pid) for pid in pids), [pid for pid in pids if _alive(pid)]
+    assert not (stack["home"] / "stack" / "state.json").exists()
+    again = trainflow(stack["home"], "down")
+    assert again.returncode == 0 and "nothing to stop" in again.stdout
