@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import pickle
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from training.config import ModelConfig, load_config
-from training.errors import TrainingDivergedError
+from training.errors import TrainingDivergedError, UnsafeCheckpointError
 from training.evaluate import metrics_from_confusion, model_from_state, serving_model
 from training.loop import load_state, loop_config, run_loop, save_state
 from training.manifest import FeatureSpec
@@ -75,8 +76,8 @@ class FakeContext:
         self.fail_after_epoch = fail_after_epoch
         self.train, self.val = _toy_data(), _toy_data(seed=1)
 
-    def train_batches(self, epoch, batch_size):
-        for start in range(0, len(self.train[1]), batch_size):
+    def train_batches(self, epoch, batch_size, start=0):
+        for start in range(start * batch_size, len(self.train[1]), batch_size):
             yield (
                 self.train[0][start : start + batch_size],
                 self.train[1][start : start + batch_size],
@@ -148,19 +149,82 @@ def test_checkpoint_round_trip_rebuilds_the_same_model(tmp_path):
 
 
 class _Exploit:
+    """A pickle that runs ``touch marker`` when loaded by a plain unpickler."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
     def __reduce__(self):
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_checkpoint_with_code_in_its_pickle_is_refused(tmp_path):
-    marker = tmp_path / "pwned"
-    exploit = _Exploit()
-    exploit.marker = marker
-    with open(tmp_path / "state.pt", "wb") as handle:
-        pickle.dump({"model": exploit}, handle)
-    with pytest.raises(pickle.UnpicklingError):
-        load_state(str(tmp_path))
+@pytest.fixture
+def unsafe_checkpoint(tmp_path):
+    """A checkpoint directory whose state.pt would run code; and the file that code would create."""
+    directory, marker = tmp_path / "checkpoint", tmp_path / "pwned"
+    directory.mkdir()
+    with open(directory / "state.pt", "wb") as handle:
+        pickle.dump({"model": _Exploit(marker)}, handle)
+    # The exploit is real: a plain unpickler runs it (so a refusal below is meaningful).
+    probe = tmp_path / "probe"
+    pickle.loads(pickle.dumps(_Exploit(probe)))
+    assert probe.exists()
+    return directory, marker
+
+
+def test_checkpoint_with_code_in_its_pickle_is_refused(unsafe_checkpoint):
+    directory, marker = unsafe_checkpoint
+    with pytest.raises(UnsafeCheckpointError, match="refused to load .*state.pt"):
+        load_state(str(directory))
     assert not marker.exists()
+
+
+def test_loop_resume_refuses_an_unsafe_checkpoint(unsafe_checkpoint):
+    """The resume path (Ray's get_checkpoint -> as_directory -> load_state) refuses it too."""
+    from ray.train import Checkpoint
+
+    from training.loop import _RayReporting
+
+    directory, marker = unsafe_checkpoint
+
+    class ResumingContext(_RayReporting, FakeContext):
+        _api = SimpleNamespace(get_checkpoint=lambda: Checkpoint.from_directory(str(directory)))
+        report = FakeContext.report
+
+    ctx = ResumingContext()
+    with pytest.raises(UnsafeCheckpointError):
+        run_loop(_settings(), ctx)
+    assert ctx.reports == []  # nothing trained from it
+    assert not marker.exists()
+
+
+def test_evaluate_and_promote_loads_refuse_an_unsafe_checkpoint(unsafe_checkpoint):
+    from tasks.stages import _load_checkpoint_state
+    from training.evaluate import load_model_state
+
+    directory, marker = unsafe_checkpoint
+    with pytest.raises(UnsafeCheckpointError):
+        load_model_state(str(directory / "state.pt"))
+    with pytest.raises(UnsafeCheckpointError):  # the evaluate and promote tasks' loader
+        _load_checkpoint_state(load_config(None), str(directory))
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_cli_refuses_an_unsafe_checkpoint(unsafe_checkpoint, tmp_path, command):
+    from typer.testing import CliRunner
+
+    from trainflow.cli import app
+
+    directory, marker = unsafe_checkpoint
+    args = [command, "--model", str(directory)]
+    if command == "predict":
+        args += ["--input", str(directory), "--output", str(tmp_path / "out.parquet")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "refused to load" in result.output
+    assert not marker.exists()
+    assert not (tmp_path / "out.parquet").exists()
 
 
 def test_metrics_from_confusion_matrix():
