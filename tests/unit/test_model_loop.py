@@ -70,14 +70,17 @@ class FakeContext:
     world_size = 1
     rank = 0
 
-    def __init__(self, state=None, fail_after_epoch=None):
+    def __init__(self, state=None, fail_after_epoch=None, fail_at=None):
         self.reports = []
+        self.trained = []  # (epoch, batch index) handed to the loop
         self.state = state
         self.fail_after_epoch = fail_after_epoch
+        self.fail_at = fail_at  # a (epoch_in_progress, batch) mid-epoch report to fail at
         self.train, self.val = _toy_data(), _toy_data(seed=1)
 
     def train_batches(self, epoch, batch_size, start=0):
-        for start in range(start * batch_size, len(self.train[1]), batch_size):
+        for index, start in enumerate(range(start * batch_size, len(self.train[1]), batch_size)):
+            self.trained.append((epoch, index))
             yield (
                 self.train[0][start : start + batch_size],
                 self.train[1][start : start + batch_size],
@@ -97,8 +100,10 @@ class FakeContext:
 
     def report(self, metrics, state):
         self.reports.append((metrics, state))
-        if self.fail_after_epoch == metrics["epoch"]:
+        if self.fail_after_epoch is not None and self.fail_after_epoch == metrics.get("epoch"):
             raise RuntimeError("injected")
+        if self.fail_at == (metrics.get("epoch_in_progress"), metrics.get("batch")):
+            raise RuntimeError("injected mid-epoch")
 
 
 def _settings(epochs=4, *sets):
@@ -127,6 +132,29 @@ def test_loop_resumes_from_state_with_every_epoch_once():
     # Resuming replays exactly what an uninterrupted run computes (seeded per epoch).
     straight = run_loop(_settings(), FakeContext())
     assert history[-1]["val_loss"] == pytest.approx(straight[-1]["val_loss"], rel=1e-5)
+
+
+def test_loop_resumes_mid_epoch_from_the_saved_batch():
+    """every_n_batches=2 over 4 batches an epoch; fail at the checkpoint after batch 2 of epoch 2."""
+    settings = {**_settings(3, "model.dropout=0"), "every_n_batches": 2}
+    first = FakeContext(fail_at=(2, 2))
+    with pytest.raises(RuntimeError, match="mid-epoch"):
+        run_loop(settings, first)
+    metrics, state = first.reports[-1]
+    assert (state["epoch"], state["batch"]) == (1, 2)  # one epoch done, two batches of the next
+    assert metrics["val_accuracy"] == float("-inf")  # never ranked "best" by Ray
+    resumed = FakeContext(state=state)
+    history = run_loop(settings, resumed)
+    # Epoch 2 (index 1) was trained on batches 0-1 before and 2-3 after the restart: once each.
+    before = [b for e, b in first.trained if e == 1]
+    after = [b + 2 for e, b in resumed.trained if e == 1]
+    assert sorted(before + after) == [0, 1, 2, 3]
+    assert [m["epoch"] for m in history] == [1, 2, 3]
+    # Same result as an uninterrupted run, train_loss of the cut epoch included.
+    straight = run_loop(settings, FakeContext())
+    for got, want in zip(history, straight, strict=True):
+        assert got["train_loss"] == pytest.approx(want["train_loss"], rel=1e-6)
+        assert got["val_loss"] == pytest.approx(want["val_loss"], rel=1e-6)
 
 
 def test_loop_refuses_divergence_with_a_fix():
