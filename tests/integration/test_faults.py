@@ -23,11 +23,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 import ray.cloudpickle as cloudpickle
 import torch
-from fsspec.implementations.local import LocalFileOpener, LocalFileSystem
+from fsspec.implementations.local import LocalFileSystem
 
 from training import data
 from training.config import load_config
@@ -292,20 +293,18 @@ def test_hung_rank_times_out_and_the_retry_finishes(manifest, layout, tmp_path, 
 # -- case 4: the disk fills while a checkpoint is written ------------------------------------------
 
 
-class QuotaFileSystem(LocalFileSystem):
+class QuotaHandler(pafs.FSSpecHandler):
     """A local filesystem whose checkpoint files share ``quota_bytes``: a write past it raises
-    ENOSPC, like a full disk (state is on disk, so every Ray process sees the same quota)."""
+    ENOSPC, like a full disk (usage is read from disk, so every Ray process sees one quota)."""
 
-    def __init__(self, root: str, quota_bytes: int, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, root: str, quota_bytes: int):
+        super().__init__(LocalFileSystem(auto_mkdir=True))
         self.quota_root, self.quota_bytes = root, quota_bytes
 
-    def _open(self, path, mode="rb", block_size=None, **kwargs):
-        path = self._strip_protocol(path)
-        if "w" in mode and "/checkpoint_" in path:
-            self.makedirs(self._parent(path), exist_ok=True)
-            return _QuotaFile(path, mode, fs=self, **kwargs)
-        return super()._open(path, mode, block_size, **kwargs)
+    def open_output_stream(self, path, metadata):
+        if "/checkpoint_" not in path:
+            return super().open_output_stream(path, metadata)
+        return pa.PythonFile(_QuotaFile(self.fs.open(path, mode="wb"), self, path), mode="w")
 
     def used_bytes(self, excluding: str) -> int:
         return sum(
@@ -317,14 +316,19 @@ class QuotaFileSystem(LocalFileSystem):
         )
 
 
-class _QuotaFile(LocalFileOpener):
-    written = 0
+class _QuotaFile:
+    def __init__(self, inner, handler: QuotaHandler, path: str):
+        self._inner, self._handler, self._path, self._written = inner, handler, path, 0
 
     def write(self, data):
-        if self.fs.used_bytes(self.path) + self.written + len(data) > self.fs.quota_bytes:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
-        self.written += len(data)
-        return super().write(data)
+        used = self._handler.used_bytes(self._path) + self._written
+        if used + len(data) > self._handler.quota_bytes:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._path)
+        self._written += len(data)
+        return self._inner.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
 
 
 def _checkpoint_size(config, manifest) -> int:
@@ -349,8 +353,10 @@ def test_disk_full_while_checkpointing_keeps_earlier_checkpoints(
     os.makedirs(root)
     # Room for two checkpoints and a half: the third write runs out of space.
     quota = int(2.5 * _checkpoint_size(config, manifest))
-    storage = pafs.PyFileSystem(pafs.FSSpecHandler(QuotaFileSystem(root, quota)))
-    monkeypatch.setattr(layout, "ray_storage", lambda run_id: (f"{root}/{run_id}", storage))
+    storage = pafs.PyFileSystem(QuotaHandler(root, quota))
+    monkeypatch.setattr(
+        StorageLayout, "ray_storage", lambda self, run_id: (f"{root}/{run_id}", storage)
+    )
 
     with pytest.raises(StorageError, match="disk full") as raised:
         train_final(config, manifest, "disk-full", layout)
