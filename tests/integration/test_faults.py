@@ -373,3 +373,35 @@ def test_disk_full_while_checkpointing_keeps_earlier_checkpoints(
     # The half-written checkpoint(s) of epoch 3 exist on disk but are neither latest nor kept.
     partial = [p.name for p in run_dir.glob("checkpoint_*") if p.name not in kept]
     assert partial, "the fault never hit a checkpoint write"
+
+
+# -- case 5: a diverging trial in a sweep --------------------------------------------------------
+
+
+def test_diverging_trial_errors_with_its_reason_and_never_wins(manifest, layout):
+    from training.sweep import run_sweep
+
+    config = load_config(
+        None,
+        [
+            "sweep.num_samples=4",
+            "sweep.max_concurrent_trials=2",
+            "sweep.asha.max_t=2",
+            "sweep.asha.grace_period=1",
+            "sweep.asha.reduction_factor=2",
+            "train.lr_schedule=constant",
+            # lr=1e6 makes the loss inf/NaN in the first epoch; 3e-3 trains normally.
+            "sweep.search_space={train.lr: {choice: [1.0e+6, 3.0e-3]}}",
+        ],
+    )
+    outcome = run_sweep(config, manifest, "sweep-diverge", layout)
+    diverged = [t for t in outcome.trials if t.params["train.lr"] == 1.0e6]
+    healthy = [t for t in outcome.trials if t.params["train.lr"] == 3.0e-3]
+    assert diverged and healthy, [t.params for t in outcome.trials]
+    for trial in diverged:
+        assert trial.status == "errored"
+        assert "training diverged" in trial.error and "lower train.lr" in trial.error
+        assert "val_accuracy" not in trial.metrics
+    assert all(t.status != "errored" and t.metrics["val_accuracy"] > 0.5 for t in healthy)
+    assert outcome.best_trial_id in {t.trial_id for t in healthy}
+    assert outcome.best_params == {"train.lr": 3.0e-3}
