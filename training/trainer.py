@@ -60,7 +60,6 @@ def build_trainer(
     ``train_fn`` is the per-worker loop; tests pass a wrapper that injects faults.
     """
     import ray.train
-    from ray.data import ExecutionOptions
     from ray.train.torch import TorchConfig, TorchTrainer
 
     train = config.train

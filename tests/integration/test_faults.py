@@ -173,7 +173,7 @@ def _kill_when_ready(fault_dir: Path, timeout_s: float = 300) -> threading.Threa
     return thread
 
 
-# -- cases 1 + 6: SIGKILL mid-epoch, one MLflow run, no sample seen twice ---------------------------
+# -- cases 1 + 6: SIGKILL mid-epoch, one MLflow run, no sample seen twice -------------------------
 
 
 def test_sigkilled_worker_resumes_mid_epoch_in_one_mlflow_run(
@@ -189,10 +189,17 @@ def test_sigkilled_worker_resumes_mid_epoch_in_one_mlflow_run(
     after = {"snapshot": str(snapshot / "train" / "checkpoint_manager_snapshot.json")}
     after |= {"epoch_in_progress": 2, "batch": every_n}
     fault_dir = _inject(
-        monkeypatch, tmp_path, kind="sigkill", rank=1, epoch=2, batch=every_n + 2,
+        monkeypatch,
+        tmp_path,
+        kind="sigkill",
+        rank=1,
+        epoch=2,
+        batch=every_n + 2,
         after_checkpoint=after,
     )
-    monkeypatch.setattr(stages, "train_final", functools.partial(train_final, train_fn=_faulty_worker))
+    monkeypatch.setattr(
+        stages, "train_final", functools.partial(train_final, train_fn=_faulty_worker)
+    )
     tracker = tracking.configure(config)
     parent = tracker.start_parent_run("sigkill-run")
 
