@@ -176,6 +176,7 @@ def _kill_when_ready(fault_dir: Path, timeout_s: float = 300) -> threading.Threa
 # -- cases 1 + 6: SIGKILL mid-epoch, one MLflow run, no sample seen twice -------------------------
 
 
+@pytest.mark.slow
 def test_sigkilled_worker_resumes_mid_epoch_in_one_mlflow_run(
     manifest, layout, tmp_path, monkeypatch
 ):
@@ -278,6 +279,7 @@ def test_exception_in_one_rank_is_recovered(manifest, layout, tmp_path, monkeypa
 # -- case 14: a hung rank is detected by the collective timeout, retried, finished --------------
 
 
+@pytest.mark.slow
 def test_hung_rank_times_out_and_the_retry_finishes(manifest, layout, tmp_path, monkeypatch):
     timeout_s = 10
     fault_dir = _inject(monkeypatch, tmp_path, kind="hang", rank=1, epoch=1, batch=2)
@@ -352,6 +354,7 @@ def _checkpoint_size(config, manifest) -> int:
     return buffer.tell()
 
 
+@pytest.mark.slow
 def test_disk_full_while_checkpointing_keeps_earlier_checkpoints(
     manifest, layout, tmp_path, monkeypatch
 ):
