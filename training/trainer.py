@@ -162,6 +162,22 @@ def _is_disk_full(error: BaseException) -> bool:
     return any(text in str(error) for text in ("No space left on device", "File too large"))
 
 
+def _short_reason(error: BaseException) -> str:
+    """Each failed rank and the first sentence of why (Ray's messages run to many lines)."""
+    failures = getattr(error, "worker_failures", None) or {}
+    if not failures:
+        return _first_sentence(error, 200)
+    return "; ".join(
+        f"rank {rank}: {_first_sentence(e, 150)}" for rank, e in sorted(failures.items())
+    )
+
+
+def _first_sentence(error: BaseException, limit: int) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    sentence = (lines[-1] if lines else type(error).__name__).split(". ")[0].rstrip(".")
+    return sentence if len(sentence) <= limit else sentence[:limit] + "…"
+
+
 def _training_error(error: BaseException, config: PipelineConfig, storage: str) -> BaseException:
     """One clear error for a fit that Ray Train gave up on: ours (divergence, bad data) as
     raised in the worker, a full disk named as such, else the worker failure and the fix."""
@@ -177,7 +193,7 @@ def _training_error(error: BaseException, config: PipelineConfig, storage: str) 
                 "free space there or set storage.root to a larger disk, then re-run with the "
                 "same run id to resume from the last complete checkpoint"
             )
-    reason = (str(error).strip().splitlines() or [type(error).__name__])[-1][:300]
+    reason = _short_reason(error)
     return WorkerFailedError(
         f"training failed and Ray Train gave up after {restarts} restart(s): {reason}; see the "
         "worker logs, raise train.max_failures to tolerate more, or re-run with the same run "

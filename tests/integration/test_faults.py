@@ -245,7 +245,7 @@ def test_sigkilled_worker_without_restarts_fails_fast(manifest, layout, tmp_path
     fault_dir = _inject(monkeypatch, tmp_path, kind="sigkill", rank=1, epoch=1, batch=2)
     killer = _kill_when_ready(fault_dir)
     started = time.monotonic()
-    with pytest.raises(WorkerFailedError, match=r"train.max_failures=0"):
+    with pytest.raises(WorkerFailedError, match=r"train.max_failures=0") as raised:
         train_final(
             _config("train.max_failures=0", "train.max_epochs=1"),
             manifest,
@@ -255,6 +255,7 @@ def test_sigkilled_worker_without_restarts_fails_fast(manifest, layout, tmp_path
         )
     killer.join(timeout=1)
     assert (fault_dir / "killed").exists()
+    assert "rank 1: " in str(raised.value)  # the killed rank is named
     # Fails once the kill is seen (no restart, no hang): far below the worker's 300 s wait.
     assert time.monotonic() - started < 200
     assert not [row for row in _seen(fault_dir) if not row["first"]]  # no second attempt
