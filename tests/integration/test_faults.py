@@ -183,10 +183,10 @@ def test_sigkilled_worker_resumes_mid_epoch_in_one_mlflow_run(
     from tasks import stages
     from training import tracking
 
-    every_n = 3
+    every_n = 5
     config = _config("train.max_failures=1", f"train.checkpoint.every_n_batches={every_n}")
     snapshot = Path(stages.StorageLayout.from_config(config).runs_dir("sigkill"))
-    # Killed two batches after the mid-epoch checkpoint at batch 3 of epoch 2 was registered.
+    # Killed two batches after the mid-epoch checkpoint at batch 5 of epoch 2 was registered.
     after = {"snapshot": str(snapshot / "train" / "checkpoint_manager_snapshot.json")}
     after |= {"epoch_in_progress": 2, "batch": every_n}
     fault_dir = _inject(
