@@ -111,7 +111,7 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "epoch": epoch,
-            "history": history,
+            "history": list(history),  # a copy: in-process contexts keep the dict
             "spec": spec.to_dict(),
             "model_config": config.model.model_dump(mode="json"),
             **extra,
