@@ -111,6 +111,9 @@ class CheckpointSettings(_Section):
     num_to_keep: int = Field(2, ge=1, description="checkpoints kept per run (best by score)")
     score_attribute: str = Field("val_accuracy", description="metric that ranks checkpoints")
     score_order: Literal["max", "min"] = Field("max", description="max | min")
+    every_n_batches: int = Field(
+        0, ge=0, description="final training: also checkpoint every N batches (0 = epoch ends)"
+    )
 
 
 class TrainConfig(_Section):

@@ -32,6 +32,19 @@ class TrainingDivergedError(TrainflowError):
     """The loss became NaN/inf: the hyperparameters, not the machine, are at fault."""
 
 
+class WorkerFailedError(TrainflowError):
+    """Ray Train gave up after ``train.max_failures`` worker-group restarts (crash, hang, kill).
+
+    Retriable: a re-run with the same run id resumes from the last complete checkpoint.
+    """
+
+    retriable = True
+
+
+class UnsafeCheckpointError(TrainflowError):
+    """A checkpoint file holds more than tensors and plain data: loading it could run code."""
+
+
 class ModelNotFoundError(TrainflowError):
     """A model URI or checkpoint does not exist or is not a trainflow model."""
 

@@ -6,8 +6,10 @@ object hides it: ``TrainContext`` for TorchTrainer workers, ``TuneContext`` for 
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import pickle
 import tempfile
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -17,7 +19,7 @@ import torch
 from torch import nn
 
 from training.config import PipelineConfig, validate_config
-from training.errors import TrainingDivergedError
+from training.errors import TrainingDivergedError, UnsafeCheckpointError
 from training.manifest import FEATURES, LABEL, SAMPLE_ID, FeatureSpec
 from training.model import build_model
 
@@ -32,7 +34,7 @@ class LoopContext(Protocol):
     world_size: int
     rank: int
 
-    def train_batches(self, epoch: int, batch_size: int) -> Iterator[Batch]: ...
+    def train_batches(self, epoch: int, batch_size: int, start: int = 0) -> Iterator[Batch]: ...
     def val_batches(self, batch_size: int) -> Iterator[Batch]: ...
     def prepare_model(self, model: nn.Module) -> nn.Module: ...
     def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor: ...
@@ -40,12 +42,19 @@ class LoopContext(Protocol):
     def report(self, metrics: dict[str, float], state: dict[str, Any] | None) -> None: ...
 
 
-def loop_config(config: PipelineConfig, spec: FeatureSpec, max_epochs: int) -> dict[str, Any]:
-    """The plain-data argument every worker/trial receives (picklable, JSON-able)."""
+def loop_config(
+    config: PipelineConfig, spec: FeatureSpec, max_epochs: int, every_n_batches: int = 0
+) -> dict[str, Any]:
+    """The plain-data argument every worker/trial receives (picklable, JSON-able).
+
+    ``every_n_batches`` > 0 adds mid-epoch checkpoints (final training only: in a sweep every
+    report is one ASHA iteration, so trials report once per epoch).
+    """
     return {
         "pipeline": config.model_dump(mode="json"),
         "spec": spec.to_dict(),
         "max_epochs": max_epochs,
+        "every_n_batches": every_n_batches,
     }
 
 
@@ -75,23 +84,57 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
         else torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     )
     history: list[dict[str, float]] = []
-    start_epoch = 0
+    start_epoch, start_batch, partial = 0, 0, None
     state = ctx.latest_state()
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        start_epoch = int(state["epoch"])
+        start_epoch = int(state["epoch"])  # epochs completed
         history = list(state["history"])
+        # A mid-epoch checkpoint: batches done in epoch ``start_epoch`` and their loss totals.
+        start_batch, partial = int(state.get("batch", 0)), state.get("partial_totals")
 
     model = ctx.prepare_model(model)
     # The global batch is split across workers so results do not depend on the worker count.
     per_worker_batch = max(1, train_cfg.batch_size // ctx.world_size)
     loss_fn = nn.CrossEntropyLoss(reduction="sum")
 
+    every_n = int(settings.get("every_n_batches") or 0)
+    worst = -math.inf if train_cfg.checkpoint.score_order == "max" else math.inf
+
+    def state_of(epoch: int, **extra: Any) -> dict[str, Any] | None:
+        if ctx.rank != 0:
+            return None
+        return {
+            "model": _unwrap(model).state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "epoch": epoch,
+            "history": list(history),  # a copy: in-process contexts keep the dict
+            "spec": spec.to_dict(),
+            "model_config": config.model.model_dump(mode="json"),
+            **extra,
+        }
+
+    def mid_epoch_checkpoint(epoch: int, done: int, totals: torch.Tensor) -> None:
+        if not every_n or done % every_n:
+            return
+        # Every rank reaches this point together (equal shards); the summed partial loss lets
+        # a resumed epoch report the same train_loss. The worst score keeps it from ever
+        # ranking as "best"; Ray Train still resumes from it as the latest.
+        totals = ctx.all_reduce_sum(totals)
+        extra = {"batch": done, "partial_totals": totals.tolist()}
+        metrics = {"epoch_in_progress": epoch + 1, "batch": done}
+        metrics[train_cfg.checkpoint.score_attribute] = worst
+        ctx.report(metrics, state_of(epoch, **extra))
+
     for epoch in range(start_epoch, max_epochs):
         torch.manual_seed(_epoch_seed(train_cfg.seed, epoch, ctx.rank))
-        train_loss = _train_epoch(model, optimizer, loss_fn, ctx, epoch, per_worker_batch)
+        resume = (start_batch, partial) if epoch == start_epoch else (0, None)
+        train_loss = _train_epoch(
+            model, optimizer, loss_fn, ctx, epoch, per_worker_batch, *resume, mid_epoch_checkpoint
+        )
         val_loss, val_accuracy = _validate(model, loss_fn, ctx, per_worker_batch)
         if not math.isfinite(train_loss) or not math.isfinite(val_loss):
             raise TrainingDivergedError(
@@ -108,19 +151,7 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
         }
         scheduler.step()
         history.append(metrics)
-        new_state = None
-        if ctx.rank == 0:
-            new_state = {
-                "model": _unwrap(model).state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "epoch": epoch + 1,
-                "history": history,
-                "spec": spec.to_dict(),
-                "model_config": config.model.model_dump(mode="json"),
-                "metrics": metrics,
-            }
-        ctx.report(metrics, new_state)
+        ctx.report(metrics, state_of(epoch + 1, metrics=metrics))
     return history
 
 
@@ -133,15 +164,31 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model.module if hasattr(model, "module") else model
 
 
-def _train_epoch(model, optimizer, loss_fn, ctx: LoopContext, epoch: int, batch_size: int) -> float:
+def _train_epoch(
+    model,
+    optimizer,
+    loss_fn,
+    ctx: LoopContext,
+    epoch: int,
+    batch_size: int,
+    start_batch: int = 0,
+    partial: list[float] | None = None,
+    after_batch=None,
+) -> float:
+    """One epoch from batch ``start_batch`` on (``partial``: the global loss totals before it)."""
     model.train()
     totals = torch.zeros(2, dtype=torch.float64)  # loss sum, rows
-    for features, labels in ctx.train_batches(epoch, batch_size):
+    if partial is not None and ctx.rank == 0:  # counted once: the next all-reduce sums ranks
+        totals += torch.tensor(partial, dtype=torch.float64)
+    batches = ctx.train_batches(epoch, batch_size, start_batch)
+    for done, (features, labels) in enumerate(batches, start=start_batch + 1):
         optimizer.zero_grad(set_to_none=True)
         loss_sum = loss_fn(model(features), labels)
         (loss_sum / len(labels)).backward()
         optimizer.step()
         totals += torch.tensor([loss_sum.item(), len(labels)], dtype=torch.float64)
+        if after_batch is not None:
+            after_batch(epoch, done, totals)
     totals = ctx.all_reduce_sum(totals)
     return float(totals[0] / max(totals[1].item(), 1.0))
 
@@ -169,8 +216,19 @@ def save_state(state: dict[str, Any], directory: str) -> str:
 
 
 def load_state(directory: str) -> dict[str, Any]:
-    """Load a checkpoint's state; ``weights_only=True`` refuses pickles that would run code."""
-    return torch.load(os.path.join(directory, STATE_FILE), map_location="cpu", weights_only=True)
+    """Load a checkpoint's state; ``weights_only=True`` refuses pickles that would run code.
+
+    Every path that reads a checkpoint (loop resume, evaluate, predict, promote) comes here.
+    """
+    path = os.path.join(directory, STATE_FILE)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        reason = (str(exc).strip().splitlines() or ["unpickling refused"])[0][:200]
+        raise UnsafeCheckpointError(
+            f"refused to load {path}: it holds objects other than tensors and plain data, so "
+            f"loading it could run code ({reason}); use a checkpoint written by trainflow"
+        ) from None
 
 
 class _RayReporting:
@@ -219,8 +277,11 @@ class TrainContext(_RayReporting):
         ):
             yield batch[FEATURES], batch[LABEL]
 
-    def train_batches(self, epoch: int, batch_size: int) -> Iterator[Batch]:
-        return self._batches("train", batch_size, seed=_epoch_seed(self._seed, epoch, self.rank))
+    def train_batches(self, epoch: int, batch_size: int, start: int = 0) -> Iterator[Batch]:
+        # The order is a function of (seed, epoch, rank) over a deterministic split (see
+        # build_trainer's preserve_order), so skipping ``start`` batches resumes mid-epoch.
+        batches = self._batches("train", batch_size, seed=_epoch_seed(self._seed, epoch, self.rank))
+        return itertools.islice(batches, start, None)
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
         return self._batches("val", batch_size, seed=None)
@@ -249,12 +310,12 @@ class TuneContext(_RayReporting):
         self._api = ray.tune
         self._train, self._val, self._seed = train, val, seed
 
-    def train_batches(self, epoch: int, batch_size: int) -> Iterator[Batch]:
+    def train_batches(self, epoch: int, batch_size: int, start: int = 0) -> Iterator[Batch]:
         features, labels = self._train
         generator = torch.Generator().manual_seed(_epoch_seed(self._seed, epoch, 0))
         order = torch.randperm(len(labels), generator=generator)
-        for start in range(0, len(order), batch_size):
-            index = order[start : start + batch_size]
+        for first in range(start * batch_size, len(order), batch_size):
+            index = order[first : first + batch_size]
             yield features[index], labels[index]
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from training.config import PipelineConfig
-from training.errors import TrainflowError
+from training.errors import StorageError, TrainflowError, WorkerFailedError
 from training.loop import loop_config, train_worker
 from training.manifest import Manifest
 from training.storage import StorageLayout
@@ -52,6 +53,7 @@ def build_trainer(
     num_workers: int | tuple[int, int] | None = None,
     callbacks: list | None = None,
     train_fn=train_worker,
+    every_n_batches: int = 0,
 ):
     """A TorchTrainer from config: scaling, run, checkpoint and failure settings in one place.
 
@@ -62,9 +64,16 @@ def build_trainer(
 
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
+    # preserve_order makes the split across workers a function of the data alone, so a
+    # mid-epoch resume can skip exactly the batches it already trained on.
+    ingest = ray.train.DataConfig.default_ingest_options()
+    ingest.preserve_order = True
     return TorchTrainer(
         train_fn,
-        train_loop_config=loop_config(config, manifest.spec, max_epochs or train.max_epochs),
+        train_loop_config=loop_config(
+            config, manifest.spec, max_epochs or train.max_epochs, every_n_batches
+        ),
+        dataset_config=ray.train.DataConfig(execution_options=ingest),
         scaling_config=ray.train.ScalingConfig(
             num_workers=workers,
             use_gpu=train.use_gpu,
@@ -105,13 +114,14 @@ def train_final(
         storage_path=storage_path,
         storage_filesystem=storage_fs,
         train_fn=train_fn,
+        every_n_batches=config.train.checkpoint.every_n_batches,
     )
     from ray.train import TrainingFailedError
 
     try:
         result = trainer.fit()
     except TrainingFailedError as exc:
-        raise _unwrap_training_error(exc) from exc
+        raise _training_error(exc, config, storage_path) from exc
     best = result.get_best_checkpoint(
         metric=config.train.checkpoint.score_attribute, mode=config.train.checkpoint.score_order
     )
@@ -127,17 +137,65 @@ def train_final(
     )
 
 
-def _unwrap_training_error(error: BaseException) -> BaseException:
-    """Surface our own errors (divergence, bad data) raised inside a worker, not Ray's wrapper."""
-    seen = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
+# errno values that mean "the storage is full" (EFBIG: a file-size limit such as RLIMIT_FSIZE).
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def _causes(error: BaseException):
+    """The error, what it wraps (cause/context), and each worker's or the controller's failure."""
+    seen: set[int] = set()
+    pending = [error]
+    while pending:
+        current = pending.pop(0)
+        if current is None or id(current) in seen:
+            continue
         seen.add(id(current))
-        if isinstance(current, TrainflowError):
-            return current
-        nested = getattr(current, "worker_failures", None) or {}
-        for failure in nested.values():
-            if isinstance(failure, TrainflowError):
-                return failure
-        current = current.__cause__ or current.__context__
-    return error
+        yield current
+        pending.extend((getattr(current, "worker_failures", None) or {}).values())
+        pending += [getattr(current, "controller_failure", None)]
+        pending += [current.__cause__, current.__context__]
+
+
+def _is_disk_full(error: BaseException) -> bool:
+    if isinstance(error, OSError) and error.errno in _DISK_FULL:
+        return True
+    return any(text in str(error) for text in ("No space left on device", "File too large"))
+
+
+def _short_reason(error: BaseException) -> str:
+    """Each failed rank and the first sentence of why (Ray's messages run to many lines)."""
+    failures = getattr(error, "worker_failures", None) or {}
+    if not failures:
+        return _first_sentence(error, 200)
+    return "; ".join(
+        f"rank {rank}: {_first_sentence(e, 150)}" for rank, e in sorted(failures.items())
+    )
+
+
+def _first_sentence(error: BaseException, limit: int) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    sentence = (lines[-1] if lines else type(error).__name__).split(". ")[0].rstrip(".")
+    return sentence if len(sentence) <= limit else sentence[:limit] + "…"
+
+
+def _training_error(error: BaseException, config: PipelineConfig, storage: str) -> BaseException:
+    """One clear error for a fit that Ray Train gave up on: ours (divergence, bad data) as
+    raised in the worker, a full disk named as such, else the worker failure and the fix."""
+    causes = list(_causes(error))
+    for cause in causes:
+        if isinstance(cause, TrainflowError):
+            return cause
+    restarts = f"train.max_failures={config.train.max_failures}"
+    for cause in causes:
+        if _is_disk_full(cause):
+            return StorageError(
+                f"disk full: a checkpoint could not be written under {storage} ({restarts}); "
+                "free space there or set storage.root to a larger disk, then re-run with the "
+                "same run id to resume from the last complete checkpoint"
+            )
+    reason = _short_reason(error)
+    return WorkerFailedError(
+        f"training failed and Ray Train gave up after {restarts} restart(s): {reason}; see the "
+        "worker logs, raise train.max_failures to tolerate more, or re-run with the same run "
+        "id to resume from the last checkpoint"
+    )

@@ -11,7 +11,7 @@ import ray.cloudpickle as cloudpickle
 from training import data
 from training.config import load_config
 from training.errors import TrainingDivergedError
-from training.loop import TrainContext, load_state, run_loop
+from training.loop import load_state
 from training.storage import StorageLayout
 from training.sweep import run_sweep
 from training.trainer import train_final
@@ -46,37 +46,6 @@ def test_two_worker_fit_checkpoints_every_epoch_and_learns(manifest, layout):
     state = load_state(outcome.checkpoint_path)
     assert state["epoch"] in (3, 4)  # the best of the kept checkpoints by val_accuracy
     assert set(state) >= {"model", "optimizer", "scheduler", "spec", "history"}
-
-
-def _crash_once_worker(settings):
-    """Rank 1 dies (os._exit: no cleanup, like SIGKILL) right after epoch 2, first attempt only."""
-    marker = settings["fault_marker"]
-
-    class CrashingContext(TrainContext):
-        def report(self, metrics, state):
-            super().report(metrics, state)
-            if self.rank == 1 and metrics["epoch"] == 2 and not os.path.exists(marker):
-                open(marker, "w").close()
-                os._exit(1)
-
-    return run_loop(settings, CrashingContext(seed=0))
-
-
-def test_worker_crash_resumes_from_last_checkpoint(manifest, layout, tmp_path, monkeypatch):
-    marker = str(tmp_path / "crashed")
-    from training import trainer as trainer_module
-
-    real_loop_config = trainer_module.loop_config
-    monkeypatch.setattr(
-        trainer_module,
-        "loop_config",
-        lambda *a, **k: {**real_loop_config(*a, **k), "fault_marker": marker},
-    )
-    config = _config("train.max_failures=1")
-    outcome = train_final(config, manifest, "crash-once", layout, train_fn=_crash_once_worker)
-    assert os.path.exists(marker), "the fault was never injected"
-    # Every epoch exactly once: epochs 1-2 come from the checkpoint, 3-4 from the new attempt.
-    assert [row["epoch"] for row in outcome.history] == [1, 2, 3, 4]
 
 
 def test_diverging_loop_raises_clear_error(manifest, layout):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import pickle
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from training.config import ModelConfig, load_config
-from training.errors import TrainingDivergedError
+from training.errors import TrainingDivergedError, UnsafeCheckpointError
 from training.evaluate import metrics_from_confusion, model_from_state, serving_model
 from training.loop import load_state, loop_config, run_loop, save_state
 from training.manifest import FeatureSpec
@@ -69,17 +70,21 @@ class FakeContext:
     world_size = 1
     rank = 0
 
-    def __init__(self, state=None, fail_after_epoch=None):
+    def __init__(self, state=None, fail_after_epoch=None, fail_at=None):
         self.reports = []
+        self.trained = []  # (epoch, batch index) handed to the loop
         self.state = state
         self.fail_after_epoch = fail_after_epoch
+        self.fail_at = fail_at  # a (epoch_in_progress, batch) mid-epoch report to fail at
         self.train, self.val = _toy_data(), _toy_data(seed=1)
 
-    def train_batches(self, epoch, batch_size):
-        for start in range(0, len(self.train[1]), batch_size):
+    def train_batches(self, epoch, batch_size, start=0):
+        rows = range(start * batch_size, len(self.train[1]), batch_size)
+        for index, first in enumerate(rows, start=start):
+            self.trained.append((epoch, index))
             yield (
-                self.train[0][start : start + batch_size],
-                self.train[1][start : start + batch_size],
+                self.train[0][first : first + batch_size],
+                self.train[1][first : first + batch_size],
             )
 
     def val_batches(self, batch_size):
@@ -96,8 +101,10 @@ class FakeContext:
 
     def report(self, metrics, state):
         self.reports.append((metrics, state))
-        if self.fail_after_epoch == metrics["epoch"]:
+        if self.fail_after_epoch is not None and self.fail_after_epoch == metrics.get("epoch"):
             raise RuntimeError("injected")
+        if self.fail_at == (metrics.get("epoch_in_progress"), metrics.get("batch")):
+            raise RuntimeError("injected mid-epoch")
 
 
 def _settings(epochs=4, *sets):
@@ -128,6 +135,29 @@ def test_loop_resumes_from_state_with_every_epoch_once():
     assert history[-1]["val_loss"] == pytest.approx(straight[-1]["val_loss"], rel=1e-5)
 
 
+def test_loop_resumes_mid_epoch_from_the_saved_batch():
+    """every_n_batches=2, 4 batches an epoch; fail at the checkpoint after batch 2 of epoch 2."""
+    settings = {**_settings(3, "model.dropout=0"), "every_n_batches": 2}
+    first = FakeContext(fail_at=(2, 2))
+    with pytest.raises(RuntimeError, match="mid-epoch"):
+        run_loop(settings, first)
+    metrics, state = first.reports[-1]
+    assert (state["epoch"], state["batch"]) == (1, 2)  # one epoch done, two batches of the next
+    assert metrics["val_accuracy"] == float("-inf")  # never ranked "best" by Ray
+    resumed = FakeContext(state=state)
+    history = run_loop(settings, resumed)
+    # Epoch 2 (index 1) was trained on batches 0-1 before and 2-3 after the restart: once each.
+    before = [b for e, b in first.trained if e == 1]
+    after = [b for e, b in resumed.trained if e == 1]
+    assert sorted(before + after) == [0, 1, 2, 3]
+    assert [m["epoch"] for m in history] == [1, 2, 3]
+    # Same result as an uninterrupted run, train_loss of the cut epoch included.
+    straight = run_loop(settings, FakeContext())
+    for got, want in zip(history, straight, strict=True):
+        assert got["train_loss"] == pytest.approx(want["train_loss"], rel=1e-6)
+        assert got["val_loss"] == pytest.approx(want["val_loss"], rel=1e-6)
+
+
 def test_loop_refuses_divergence_with_a_fix():
     with pytest.raises(TrainingDivergedError, match="lower train.lr"):
         run_loop(_settings(3, "train.lr=1.0e+30", "train.lr_schedule=constant"), FakeContext())
@@ -148,19 +178,82 @@ def test_checkpoint_round_trip_rebuilds_the_same_model(tmp_path):
 
 
 class _Exploit:
+    """A pickle that runs ``touch marker`` when loaded by a plain unpickler."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
     def __reduce__(self):
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_checkpoint_with_code_in_its_pickle_is_refused(tmp_path):
-    marker = tmp_path / "pwned"
-    exploit = _Exploit()
-    exploit.marker = marker
-    with open(tmp_path / "state.pt", "wb") as handle:
-        pickle.dump({"model": exploit}, handle)
-    with pytest.raises(pickle.UnpicklingError):
-        load_state(str(tmp_path))
+@pytest.fixture
+def unsafe_checkpoint(tmp_path):
+    """A checkpoint directory whose state.pt would run code; and the file that code would create."""
+    directory, marker = tmp_path / "checkpoint", tmp_path / "pwned"
+    directory.mkdir()
+    with open(directory / "state.pt", "wb") as handle:
+        pickle.dump({"model": _Exploit(marker)}, handle)
+    # The exploit is real: a plain unpickler runs it (so a refusal below is meaningful).
+    probe = tmp_path / "probe"
+    pickle.loads(pickle.dumps(_Exploit(probe)))
+    assert probe.exists()
+    return directory, marker
+
+
+def test_checkpoint_with_code_in_its_pickle_is_refused(unsafe_checkpoint):
+    directory, marker = unsafe_checkpoint
+    with pytest.raises(UnsafeCheckpointError, match="refused to load .*state.pt"):
+        load_state(str(directory))
     assert not marker.exists()
+
+
+def test_loop_resume_refuses_an_unsafe_checkpoint(unsafe_checkpoint):
+    """The resume path (Ray's get_checkpoint -> as_directory -> load_state) refuses it too."""
+    from ray.train import Checkpoint
+
+    from training.loop import _RayReporting
+
+    directory, marker = unsafe_checkpoint
+
+    class ResumingContext(_RayReporting, FakeContext):
+        _api = SimpleNamespace(get_checkpoint=lambda: Checkpoint.from_directory(str(directory)))
+        report = FakeContext.report
+
+    ctx = ResumingContext()
+    with pytest.raises(UnsafeCheckpointError):
+        run_loop(_settings(), ctx)
+    assert ctx.reports == []  # nothing trained from it
+    assert not marker.exists()
+
+
+def test_evaluate_and_promote_loads_refuse_an_unsafe_checkpoint(unsafe_checkpoint):
+    from tasks.stages import _load_checkpoint_state
+    from training.evaluate import load_model_state
+
+    directory, marker = unsafe_checkpoint
+    with pytest.raises(UnsafeCheckpointError):
+        load_model_state(str(directory / "state.pt"))
+    with pytest.raises(UnsafeCheckpointError):  # the evaluate and promote tasks' loader
+        _load_checkpoint_state(load_config(None), str(directory))
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_cli_refuses_an_unsafe_checkpoint(unsafe_checkpoint, tmp_path, command):
+    from typer.testing import CliRunner
+
+    from trainflow.cli import app
+
+    directory, marker = unsafe_checkpoint
+    args = [command, "--model", str(directory)]
+    if command == "predict":
+        args += ["--input", str(directory), "--output", str(tmp_path / "out.parquet")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "refused to load" in result.output
+    assert not marker.exists()
+    assert not (tmp_path / "out.parquet").exists()
 
 
 def test_metrics_from_confusion_matrix():
