@@ -33,7 +33,7 @@ SetOption = typer.Option(
 )
 
 
-def _fail(exc: BaseException, code: int = 1) -> None:
+def _fail(exc: BaseException | str, code: int = 1) -> None:
     errors.print(f"[bold red]error:[/] {exc}", highlight=False)
     raise typer.Exit(code)
 
@@ -58,6 +58,9 @@ def run(
         "--run-id",
         help="Name of this run; re-running with the same id resumes its sweep and training.",
     ),
+    resume: str | None = typer.Option(
+        None, "--resume", help="Resume the killed or failed run RUN_ID (same as --run-id RUN_ID)."
+    ),
     ray_address: str | None = typer.Option(
         None, "--ray-address", help="Existing Ray cluster to use instead of a local instance."
     ),
@@ -68,17 +71,26 @@ def run(
     """Run the whole pipeline: preprocess, sweep, train, evaluate, promote."""
     from trainflow.env import prepare_environment
 
+    if resume and run_id and resume != run_id:
+        _fail(f"--resume {resume} and --run-id {run_id} name different runs; give one", code=2)
+    run_id = resume or run_id
     config = _load(config_file, overrides, **{"ray.address": ray_address})
     prepare_environment()
+    from prefect.exceptions import TerminationSignal
+
     from flows.pipeline import pipeline
 
+    again = f"; resume with `trainflow run --resume {run_id}`" if run_id else ""
     try:
         summary = pipeline(config=config, run_id=run_id)
     except TrainflowError as exc:
         _fail(exc)
     except KeyboardInterrupt:
-        errors.print("[bold red]interrupted[/]: MLflow runs were marked KILLED")
+        errors.print(f"[bold red]interrupted[/]: MLflow runs were marked KILLED{again}")
         raise typer.Exit(130) from None
+    except TerminationSignal:  # SIGTERM, raised by Prefect's handler in the flow
+        errors.print(f"[bold red]terminated[/] (SIGTERM): MLflow runs were marked KILLED{again}")
+        raise typer.Exit(143) from None
     print_summary(summary)
     if summary_json is not None:
         import json

@@ -19,6 +19,9 @@ _RAY_ENV_DEFAULTS = {
     "RAY_TRAIN_V2_ENABLED": "1",
     # Tune snapshots its state after every trial event; on small sweeps that is by design.
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    # Tune's own Ctrl-C handler makes Tuner.fit() return the unfinished trials as if the sweep
+    # had ended, and the flow would train on them; a KeyboardInterrupt must stop the run.
+    "TUNE_DISABLE_SIGINT_HANDLER": "1",
 }
 
 

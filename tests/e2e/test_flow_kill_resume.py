@@ -1,0 +1,247 @@
+"""Issue 5, case 3: the flow process killed mid-run, then the same command resumed.
+
+One run id through four `trainflow run` processes (smoke config), like Ray's
+test_experiment_restore.py (kill the driver, restore, progress never goes back):
+
+  1. SIGKILL mid-sweep (no handler runs: MLflow runs stay RUNNING, Tune state is on disk)
+  2. `--resume`: preprocessing cached, sweep restored; SIGTERM once the final training has
+     a checkpoint -> exit 143, runs KILLED, Ray shut down, no process of the run left
+  3. `--resume`: SIGINT once the final training has another checkpoint -> exit 130, same checks
+  4. `--resume`: finishes; the training continued from its checkpoint, every epoch once
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
+RUN_ID = "killme"
+NUM_SAMPLES = 4  # configs/smoke.yaml
+
+
+class FlowProcess:
+    """`trainflow run` in its own session, so that every process it starts can be found."""
+
+    def __init__(self, home: Path, *args: str) -> None:
+        env = {**os.environ, "TRAINFLOW_HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
+        for key in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "RAY_ADDRESS", "PREFECT_HOME"):
+            env.pop(key, None)
+        (home / "cwd").mkdir(exist_ok=True)
+        self.log = home / f"log-{time.time_ns()}.txt"
+        self.started = time.monotonic()
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "trainflow", "run", *args],
+                cwd=home / "cwd",
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.wall_s = 0.0
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_until(self, condition, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert self.proc.poll() is None, f"exited early ({self.proc.returncode}):\n" + (
+                self.output()[-4000:]
+            )
+            assert time.monotonic() < deadline, "timed out:\n" + self.output()[-4000:]
+            time.sleep(0.2)
+
+    def wait(self, timeout: float = 300) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        finally:
+            self.wall_s = time.monotonic() - self.started
+        return code
+
+    def session(self) -> list[psutil.Process]:
+        """Every live process still in the run's session (Ray, Prefect's server, ...)."""
+        found = []
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if os.getsid(proc.pid) == self.proc.pid and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except (ProcessLookupError, psutil.Error):
+                continue
+        return found
+
+    def wait_session_empty(self, timeout: float) -> list[psutil.Process]:
+        deadline = time.monotonic() + timeout
+        while (left := self.session()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return left
+
+    def kill_session(self) -> None:
+        for proc in self.session():
+            try:
+                proc.kill()
+            except psutil.Error:
+                continue
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("kill-home")
+
+
+def _sweep_dir(home: Path) -> Path:
+    return home / "storage" / "runs" / RUN_ID / "sweep"
+
+
+def _trials_reported(home: Path) -> dict[str, int]:
+    """Trial directory -> rows in its result.json (one per reported epoch)."""
+    sweep = _sweep_dir(home)
+    if not sweep.is_dir():
+        return {}
+    return {
+        p.parent.name: len(p.read_text().splitlines())
+        for p in sweep.glob("*/result.json")
+        if p.stat().st_size > 0
+    }
+
+
+def _train_checkpoints(home: Path) -> set[str]:
+    train = home / "storage" / "runs" / RUN_ID / "train"
+    return {p.name for p in train.glob("checkpoint_*")} if train.is_dir() else set()
+
+
+def _mlflow(home: Path):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("trainflow-smoke")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    return client, runs
+
+
+def _check_clean_stop(flow: FlowProcess, home: Path, code: int, expected: int, word: str):
+    out = flow.output()
+    assert code == expected, out[-4000:]
+    assert word in out and f"trainflow run --resume {RUN_ID}" in out, out[-3000:]
+    _, runs = _mlflow(home)
+    running = [(r.info.run_name, r.info.status) for r in runs if r.info.status == "RUNNING"]
+    assert running == [], running
+    parent = next(r for r in runs if r.info.run_name == f"pipeline-{RUN_ID}")
+    assert parent.info.status == "KILLED"
+    # Ray shut down and nothing of the run left behind (raylet, GCS, workers, Prefect server).
+    left = flow.wait_session_empty(timeout=30)
+    names = [p.name() for p in left if p.is_running()]
+    flow.kill_session()
+    assert names == [], f"processes of the stopped run still alive: {names}"
+
+
+@pytest.fixture(scope="module")
+def sequence(home):
+    """Runs the four processes once; each step's facts are returned for the tests below."""
+    facts: dict = {}
+
+    # 1. SIGKILL the flow process mid-sweep: Tune state saved, half the trials reported.
+    flow = FlowProcess(home, "--config", SMOKE, "--run-id", RUN_ID)
+    flow.wait_until(
+        lambda: any(_sweep_dir(home).glob("experiment_state-*.json"))
+        and len(_trials_reported(home)) >= NUM_SAMPLES // 2
+    )
+    facts["trials_at_kill"] = _trials_reported(home)
+    os.kill(flow.proc.pid, signal.SIGKILL)
+    flow.wait(timeout=60)
+    # What a container runtime does next: nothing of the dead run may hold the CPUs.
+    facts["left_after_sigkill"] = len(flow.wait_session_empty(timeout=10))
+    flow.kill_session()
+    _, runs = _mlflow(home)
+    facts["running_after_sigkill"] = [r.info.run_id for r in runs if r.info.status == "RUNNING"]
+    facts["killed_s"] = flow.wall_s
+
+    # 2. Resume; SIGTERM once the final training has written a checkpoint.
+    flow = FlowProcess(home, "--config", SMOKE, "--resume", RUN_ID)
+    flow.wait_until(lambda: len(_train_checkpoints(home)) >= 1)
+    facts["trials_after_resume"] = _trials_reported(home)
+    facts["checkpoints_at_sigterm"] = _train_checkpoints(home)
+    flow.proc.send_signal(signal.SIGTERM)
+    facts["sigterm"] = (flow, flow.wait(timeout=120))
+    facts["sigterm_out"] = flow.output()
+
+    # 3. Resume; SIGINT (Ctrl-C) once the training has a checkpoint it did not have before.
+    before = set(facts["checkpoints_at_sigterm"])
+    flow = FlowProcess(home, "--config", SMOKE, "--resume", RUN_ID)
+    flow.wait_until(lambda: bool(_train_checkpoints(home) - before))
+    flow.proc.send_signal(signal.SIGINT)
+    facts["sigint"] = (flow, flow.wait(timeout=120))
+    facts["sigint_out"] = flow.output()
+
+    # 4. Resume to the end.
+    summary = home / "summary.json"
+    flow = FlowProcess(
+        home, "--config", SMOKE, "--resume", RUN_ID, "--summary-json", str(summary)
+    )
+    code = flow.wait(timeout=600)
+    assert code == 0, flow.output()[-4000:]
+    facts["final_out"] = flow.output()
+    facts["summary"] = json.loads(summary.read_text())
+    facts["final_s"] = flow.wall_s
+    print(f"case 3: killed part {facts['killed_s']:.1f} s, final resume {flow.wall_s:.1f} s")
+    return facts
+
+
+def test_sigkill_mid_sweep_then_resume_restores_the_sweep(sequence):
+    assert sequence["running_after_sigkill"], "SIGKILL left no RUNNING run: not killed mid-run?"
+    before, after = sequence["trials_at_kill"], sequence["trials_after_resume"]
+    # The same sweep, restored: the same trials (no new sweep of NUM_SAMPLES more), and no
+    # trial's progress went back.
+    assert len(after) == NUM_SAMPLES, after
+    assert set(before) <= set(after)
+    assert all(after[trial] >= rows for trial, rows in before.items()), (before, after)
+    # Preprocessing came from the cache, not recomputed.
+    assert "reused cached output, nothing recomputed" in sequence["sigterm_out"]
+    assert "left RUNNING by a killed process marked KILLED" in sequence["sigterm_out"]
+
+
+def test_sigterm_stops_cleanly(sequence, home):
+    flow, code = sequence["sigterm"]
+    _check_clean_stop(flow, home, code, 143, "terminated")
+
+
+def test_sigint_stops_cleanly(sequence, home):
+    flow, code = sequence["sigint"]
+    _check_clean_stop(flow, home, code, 130, "interrupted")
+    # The training resumed from the checkpoint the SIGTERMed process left.
+    assert "trainflow: resuming at epoch" in sequence["sigint_out"]
+
+
+def test_final_resume_finishes_from_the_checkpoint(sequence, home):
+    summary, out = sequence["summary"], sequence["final_out"]
+    assert summary["run_id"] == RUN_ID
+    assert summary["data"]["preprocess_cached"] is True
+    assert "trainflow: resuming at epoch" in out
+    assert summary["model"]["decision"] == "first-model"
+    client, runs = _mlflow(home)
+    assert [r.info.run_id for r in runs if r.info.status == "RUNNING"] == []
+    parents = [r for r in runs if r.data.tags.get("trainflow.stage") == "pipeline"]
+    assert [(p.info.run_name, p.info.status) for p in parents] == [
+        (f"pipeline-{RUN_ID}", "FINISHED")
+    ]
+    # One train run, its metric steps continuous: every epoch exactly once over three processes.
+    train = summary["mlflow"]["train_run_id"]
+    steps = sorted(m.step for m in client.get_metric_history(train, "val_loss"))
+    assert steps == [1, 2, 3]
+    assert [row["epoch"] for row in summary["sweep"]["trials"][0]["history"]] == list(
+        range(1, summary["sweep"]["trials"][0]["epochs"] + 1)
+    )
+    # One model version: the killed runs registered nothing.
+    assert len(client.search_model_versions("name='digits-smoke'")) == 1
