@@ -20,7 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -71,28 +70,34 @@ class FlowProcess:
             self.wall_s = time.monotonic() - self.started
         return code
 
-    def session(self) -> list[psutil.Process]:
-        """Every live process still in the run's session (Ray, Prefect's server, ...)."""
-        found = []
-        for proc in psutil.process_iter(["pid"]):
+    def session(self) -> dict[int, str]:
+        """pid -> name of every live process still in the run's session (Ray, Prefect's
+        server, ...); read from /proc, so zombies awaiting their parent do not count."""
+        found = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
             try:
-                if os.getsid(proc.pid) == self.proc.pid and proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
-            except (ProcessLookupError, psutil.Error):
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                state = stat.rsplit(")", 1)[1].split()[0]
+                if os.getsid(pid) == self.proc.pid and state != "Z":
+                    found[pid] = stat[stat.index("(") + 1 : stat.rindex(")")]
+            except (OSError, IndexError):
                 continue
         return found
 
-    def wait_session_empty(self, timeout: float) -> list[psutil.Process]:
+    def wait_session_empty(self, timeout: float) -> dict[int, str]:
         deadline = time.monotonic() + timeout
         while (left := self.session()) and time.monotonic() < deadline:
             time.sleep(0.5)
         return left
 
     def kill_session(self) -> None:
-        for proc in self.session():
+        for pid in self.session():
             try:
-                proc.kill()
-            except psutil.Error:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
                 continue
 
 
@@ -142,9 +147,8 @@ def _check_clean_stop(flow: FlowProcess, home: Path, code: int, expected: int, w
     assert parent.info.status == "KILLED"
     # Ray shut down and nothing of the run left behind (raylet, GCS, workers, Prefect server).
     left = flow.wait_session_empty(timeout=30)
-    names = [p.name() for p in left if p.is_running()]
     flow.kill_session()
-    assert names == [], f"processes of the stopped run still alive: {names}"
+    assert left == {}, f"processes of the stopped run still alive: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +166,7 @@ def sequence(home):
     os.kill(flow.proc.pid, signal.SIGKILL)
     flow.wait(timeout=60)
     # What a container runtime does next: nothing of the dead run may hold the CPUs.
-    facts["left_after_sigkill"] = len(flow.wait_session_empty(timeout=10))
+    facts["left_after_sigkill"] = flow.wait_session_empty(timeout=10)
     flow.kill_session()
     _, runs = _mlflow(home)
     facts["running_after_sigkill"] = [r.info.run_id for r in runs if r.info.status == "RUNNING"]
