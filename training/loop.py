@@ -84,7 +84,9 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
         start_epoch = int(state["epoch"])
         history = list(state["history"])
         if ctx.rank == 0:  # in the worker's log: a restart or re-run continued, not restarted
-            print(f"trainflow: resuming at epoch {start_epoch + 1} of {max_epochs} from a checkpoint")
+            print(
+                f"trainflow: resuming at epoch {start_epoch + 1} of {max_epochs} from a checkpoint"
+            )
 
     model = ctx.prepare_model(model)
     # The global batch is split across workers so results do not depend on the worker count.

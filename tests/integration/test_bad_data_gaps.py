@@ -35,7 +35,9 @@ def test_continuous_label_column_is_not_a_class_label(ray_local, tmp_path):
     # A wrong dtype for a label: floats of a regression target, one "class" per row.
     rng = np.random.default_rng(0)
     n = 1200
-    table = pa.table({"a": rng.normal(size=n), "b": rng.normal(size=n), "label": rng.normal(size=n)})
+    table = pa.table(
+        {"a": rng.normal(size=n), "b": rng.normal(size=n), "label": rng.normal(size=n)}
+    )
     pq.write_table(table, tmp_path / "t.parquet")
     _refused(
         tmp_path,

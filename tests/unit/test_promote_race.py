@@ -106,7 +106,10 @@ def test_racing_promotions_end_with_the_better_model_as_champion(store, tmp_path
     decisions = sorted(r["decision"] for r in results)
     # One of them found no champion; the other compared against it, never against nothing.
     assert decisions in (["first-model", "promoted"], ["first-model", "kept-champion"]), results
-    assert client.get_model_version(name, better).tags["gate.decision"] in ("first-model", "promoted")
+    assert client.get_model_version(name, better).tags["gate.decision"] in (
+        "first-model",
+        "promoted",
+    )
     # The lock is gone: the registry holds the model, not a leftover lock.
     names = {m.name for m in client.search_registered_models()}
     assert f"{name}{LOCK_SUFFIX}" not in names
