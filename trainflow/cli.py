@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,11 @@ def run(
     except KeyboardInterrupt:
         errors.print(f"[bold red]interrupted[/]: MLflow runs were marked KILLED{again}")
         raise typer.Exit(130) from None
-    except TerminationSignal:  # SIGTERM, raised by Prefect's handler in the flow
+    except (TerminationSignal, SystemExit) as exc:
+        # SIGTERM: Prefect's handler raises TerminationSignal; once Ray is up, Ray's driver
+        # handler replaces it with sys.exit(SIGTERM).
+        if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
+            raise
         errors.print(f"[bold red]terminated[/] (SIGTERM): MLflow runs were marked KILLED{again}")
         raise typer.Exit(143) from None
     print_summary(summary)
