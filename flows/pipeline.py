@@ -72,6 +72,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
         # No MLflow run may be left RUNNING: Ctrl-C/SIGTERM (Prefect's TerminationSignal) is
         # KILLED, anything else FAILED.
         interrupted = isinstance(exc, KeyboardInterrupt | SystemExit | ExternalSignal)
+        interrupted = interrupted or cluster.received_signal() is not None
         tracker.close_unfinished(parent, "KILLED" if interrupted else "FAILED")
         raise
     finally:

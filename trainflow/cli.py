@@ -80,22 +80,26 @@ def run(
     from prefect.exceptions import TerminationSignal
 
     from flows.pipeline import pipeline
+    from training import cluster
 
     again = f"; resume with `trainflow run --resume {run_id}`" if run_id else ""
     try:
         summary = pipeline(config=config, run_id=run_id)
     except TrainflowError as exc:
         _fail(exc)
-    except KeyboardInterrupt:
-        errors.print(f"[bold red]interrupted[/]: MLflow runs were marked KILLED{again}")
-        raise typer.Exit(130) from None
-    except (TerminationSignal, SystemExit) as exc:
-        # SIGTERM: Prefect's handler raises TerminationSignal; once Ray is up, Ray's driver
-        # handler replaces it with sys.exit(SIGTERM).
-        if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
-            raise
-        errors.print(f"[bold red]terminated[/] (SIGTERM): MLflow runs were marked KILLED{again}")
-        raise typer.Exit(143) from None
+    except BaseException as exc:
+        # Ctrl-C / SIGTERM: KeyboardInterrupt, Prefect's TerminationSignal, or, inside Ray
+        # calls, a SystemExit; the signal Ray's watcher recorded tells them apart.
+        received = cluster.received_signal()
+        if isinstance(exc, KeyboardInterrupt) or received == signal.SIGINT:
+            errors.print(f"[bold red]interrupted[/]: MLflow runs were marked KILLED{again}")
+            raise typer.Exit(130) from None
+        if isinstance(exc, TerminationSignal) or received == signal.SIGTERM:
+            errors.print(
+                f"[bold red]terminated[/] (SIGTERM): MLflow runs were marked KILLED{again}"
+            )
+            raise typer.Exit(143) from None
+        raise
     print_summary(summary)
     if summary_json is not None:
         import json

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 
 from training.config import RayConfig
 from training.errors import ConfigError, ServiceUnreachableError
@@ -69,12 +71,46 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
                 logging_level=logging.WARNING,
                 log_to_driver=True,
             )
+        _watch_signals()
     except ConnectionError as exc:
         raise ServiceUnreachableError(
             f"cannot connect to the Ray cluster at {address}: {exc}; check ray.address / "
             "RAY_ADDRESS, or unset it to use a local instance"
         ) from None
     return ray.cluster_resources()
+
+
+_received: list[int] = []  # signals this process got since Ray started in it
+
+
+def received_signal() -> int | None:
+    """SIGTERM or SIGINT, if this process got one since Ray started in it."""
+    return _received[0] if _received else None
+
+
+def _watch_signals() -> None:
+    """Remember a SIGTERM/SIGINT, then let the handler in place act on it.
+
+    Inside ``ray.get`` Ray turns the handler's exception (Ray's driver SIGTERM handler calls
+    ``sys.exit``; SIGINT raises KeyboardInterrupt) into ``SystemExit(1)``, indistinguishable
+    from any other exit, and Ray's native SIGTERM handler may abort the process; the record
+    lets the flow and the CLI report an interruption (runs KILLED, exit 143/130) all the same.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(signum)
+
+        if previous == signal.SIG_IGN:
+            continue
+
+        def on_signal(number, frame, previous=previous):
+            _received.append(number)
+            if callable(previous):
+                previous(number, frame)
+            raise SystemExit(128 + number)
+
+        signal.signal(signum, on_signal)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
