@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -80,11 +81,18 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
     return ray.cluster_resources()
 
 
+_WATCHED = (signal.SIGTERM, signal.SIGINT)
 _received: list[int] = []  # signals this process got since Ray started in it
+
+
+_wakeup: list[int] = []  # read end of the pipe Python writes each handled signal number to
 
 
 def received_signal() -> int | None:
     """SIGTERM or SIGINT, if this process got one since Ray started in it."""
+    if _wakeup:
+        with contextlib.suppress(BlockingIOError):
+            _received.extend(n for n in os.read(_wakeup[0], 512) if n in _WATCHED)
     return _received[0] if _received else None
 
 
@@ -98,14 +106,21 @@ def _watch_signals() -> None:
     """
     if threading.current_thread() is not threading.main_thread():
         return
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    if not _wakeup:
+        # Ray Train's fit() later installs a SIGINT handler of its own (it aborts the run and
+        # exits 0); Python's wakeup fd records every handled signal, whoever handles it.
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        os.set_blocking(write_end, False)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        _wakeup.append(read_end)
+    for signum in _WATCHED:
         previous = signal.getsignal(signum)
 
         if previous == signal.SIG_IGN:
             continue
 
         def on_signal(number, frame, previous=previous):
-            _received.append(number)
             if callable(previous):
                 previous(number, frame)
             raise SystemExit(128 + number)
