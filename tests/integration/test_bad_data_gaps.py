@@ -48,14 +48,6 @@ def test_continuous_label_column_is_not_a_class_label(ray_local, tmp_path):
     )
 
 
-def test_header_only_csv_is_an_empty_dataset(ray_local, tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("a.csv", "b.csv"):
-        (src / name).write_text("a,b,label\n")
-    _refused(tmp_path, DataConfig(source=str(src)), "no rows", "data.source")
-
-
 def test_a_single_class_cannot_train_a_classifier(ray_local, tmp_path):
     rng = np.random.default_rng(1)
     table = pa.table({"a": rng.normal(size=80), "label": np.zeros(80, dtype=np.int64)})
