@@ -145,19 +145,28 @@ def _mlflow(home: Path):
     return client, runs
 
 
-def _check_clean_stop(flow: FlowProcess, home: Path, code: int, expected: int, word: str):
-    out = " ".join(flow.output().split())  # the CLI's message may wrap
-    assert code == expected, out[-4000:]
-    assert word in out and f"trainflow run --resume {RUN_ID}" in out, out[-3000:]
+def _stop_facts(flow: FlowProcess, home: Path, code: int) -> dict:
+    """What a stopped run left, read at once (the next resume changes it)."""
     _, runs = _mlflow(home)
-    running = [(r.info.run_name, r.info.status) for r in runs if r.info.status == "RUNNING"]
-    assert running == [], running
-    parent = next(r for r in runs if r.info.run_name == f"pipeline-{RUN_ID}")
-    assert parent.info.status == "KILLED"
-    # Ray shut down and nothing of the run left behind (raylet, GCS, workers, Prefect server).
-    left = flow.wait_session_empty(timeout=30)
+    left = flow.wait_session_empty(timeout=30)  # Ray shut down, Prefect's server stopped
     flow.kill_session()
-    assert left == {}, f"processes of the stopped run still alive: {left}"
+    return {
+        "code": code,
+        "out": " ".join(flow.output().split()),  # the CLI's message may wrap
+        "running": [(r.info.run_name, r.info.status) for r in runs if r.info.status == "RUNNING"],
+        "parent": next(r.info.status for r in runs if r.info.run_name == f"pipeline-{RUN_ID}"),
+        "left": left,
+    }
+
+
+def _check_clean_stop(facts: dict, expected: int, word: str):
+    out = facts["out"]
+    assert facts["code"] == expected, out[-4000:]
+    assert word in out and f"trainflow run --resume {RUN_ID}" in out, out[-3000:]
+    assert facts["running"] == []
+    assert facts["parent"] == "KILLED"
+    # Ray shut down and nothing of the run left behind (raylet, GCS, workers, Prefect server).
+    assert facts["left"] == {}, f"processes of the stopped run still alive: {facts['left']}"
 
 
 @pytest.fixture(scope="module")
@@ -188,15 +197,14 @@ def sequence(home):
     flow.wait_until(lambda: _registered_checkpoint(home) is not None)
     facts["trials_after_resume"] = _trials_reported(home)
     flow.proc.send_signal(signal.SIGTERM)
-    facts["sigterm"] = (flow, flow.wait(timeout=120))
+    facts["sigterm"] = _stop_facts(flow, home, flow.wait(timeout=120))
     facts["sigterm_out"] = flow.output()
 
     # 3. Resume; SIGINT (Ctrl-C) as soon as the training continued from that checkpoint.
     flow = FlowProcess(home, *ARGS, "--resume", RUN_ID)
     flow.wait_until(lambda: "trainflow: resuming at epoch" in flow.output())
     flow.proc.send_signal(signal.SIGINT)
-    facts["sigint"] = (flow, flow.wait(timeout=120))
-    facts["sigint_out"] = flow.output()
+    facts["sigint"] = _stop_facts(flow, home, flow.wait(timeout=120))
 
     # 4. Resume to the end, while another run (case 10) runs at once in the same home.
     data_before = _checksums(home / "storage" / "data")
@@ -256,14 +264,14 @@ def test_sigkill_mid_sweep_then_resume_restores_the_sweep(sequence):
     assert "left RUNNING by a killed process marked KILLED" in sequence["sigterm_out"]
 
 
-def test_sigterm_stops_cleanly(sequence, home):
-    flow, code = sequence["sigterm"]
-    _check_clean_stop(flow, home, code, 143, "terminated")
+def test_sigterm_stops_cleanly(sequence):
+    _check_clean_stop(sequence["sigterm"], 143, "terminated")
 
 
-def test_sigint_stops_cleanly(sequence, home):
-    flow, code = sequence["sigint"]
-    _check_clean_stop(flow, home, code, 130, "interrupted")
+def test_sigint_stops_cleanly(sequence):
+    _check_clean_stop(sequence["sigint"], 130, "interrupted")
+    # The training continued from the checkpoint the SIGTERMed process left.
+    assert "trainflow: resuming at epoch" in sequence["sigint"]["out"]
 
 
 def test_final_resume_finishes_from_the_checkpoint(sequence, home):
