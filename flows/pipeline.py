@@ -9,6 +9,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, runtime
 from prefect.artifacts import create_markdown_artifact
+from prefect.exceptions import ExternalSignal
 
 from flows.summary import summary_markdown
 from tasks import stages
@@ -55,11 +56,23 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
         run_id, tags={"prefect.flow_run_id": str(runtime.flow_run.id or "")}
     )
     logger.info("run %s: MLflow parent run %s (%s)", run_id, parent, tracker.tracking_uri)
+    # A re-run of a killed run (SIGKILL: no handler ran) finds its runs still RUNNING: they
+    # belong to a dead process. Stage runs are resumed by name; the trials Tune restarts get
+    # new runs.
+    stale = tracker.close_unfinished(parent, "KILLED", include_parent=False)
+    if stale:
+        logger.warning(
+            "run %s: %d MLflow run(s) left RUNNING by a killed process marked KILLED",
+            run_id,
+            len(stale),
+        )
     try:
         summary = _run_stages(config, run_id, parent, tracker, clock)
     except BaseException as exc:
-        # No MLflow run may be left RUNNING: a KeyboardInterrupt/SIGTERM is KILLED, else FAILED.
-        interrupted = isinstance(exc, KeyboardInterrupt | SystemExit)
+        # No MLflow run may be left RUNNING: Ctrl-C/SIGTERM (Prefect's TerminationSignal) is
+        # KILLED, anything else FAILED.
+        interrupted = isinstance(exc, KeyboardInterrupt | SystemExit | ExternalSignal)
+        interrupted = interrupted or cluster.received_signal() is not None
         tracker.close_unfinished(parent, "KILLED" if interrupted else "FAILED")
         raise
     finally:

@@ -137,6 +137,8 @@ def _tag_trial_fates(
     by_id = {trial.trial_id: trial for trial in outcome.trials}
     found: dict[str, str] = {}
     for run in tracker.find_runs(sweep_run):
+        if run.info.status == "KILLED":  # a killed process's attempt; Tune restarted the trial
+            continue
         trial_name = run.data.tags.get("trial_name", "")
         trial = next((t for i, t in by_id.items() if trial_name.endswith(i)), None)
         if trial is None:

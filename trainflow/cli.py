@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ SetOption = typer.Option(
 )
 
 
-def _fail(exc: BaseException, code: int = 1) -> None:
+def _fail(exc: BaseException | str, code: int = 1) -> None:
     errors.print(f"[bold red]error:[/] {exc}", highlight=False)
     raise typer.Exit(code)
 
@@ -58,6 +59,9 @@ def run(
         "--run-id",
         help="Name of this run; re-running with the same id resumes its sweep and training.",
     ),
+    resume: str | None = typer.Option(
+        None, "--resume", help="Resume the killed or failed run RUN_ID (same as --run-id RUN_ID)."
+    ),
     ray_address: str | None = typer.Option(
         None, "--ray-address", help="Existing Ray cluster to use instead of a local instance."
     ),
@@ -75,6 +79,9 @@ def run(
     """Run the whole pipeline: preprocess, sweep, train, evaluate, promote."""
     from trainflow.env import check_prefect_api, prepare_environment
 
+    if resume and run_id and resume != run_id:
+        _fail(f"--resume {resume} and --run-id {run_id} name different runs; give one", code=2)
+    run_id = resume or run_id
     if deployment is not None:
         _trigger_deployment(deployment, config_file, overrides)
         return
@@ -84,15 +91,29 @@ def run(
         check_prefect_api()
     except TrainflowError as exc:
         _fail(exc)
-    from flows.pipeline import pipeline
+    from prefect.exceptions import TerminationSignal
 
+    from flows.pipeline import pipeline
+    from training import cluster
+
+    again = f"; resume with `trainflow run --resume {run_id}`" if run_id else ""
     try:
         summary = pipeline(config=config, run_id=run_id)
     except TrainflowError as exc:
         _fail(exc)
-    except KeyboardInterrupt:
-        errors.print("[bold red]interrupted[/]: MLflow runs were marked KILLED")
-        raise typer.Exit(130) from None
+    except BaseException as exc:
+        # Ctrl-C / SIGTERM: KeyboardInterrupt, Prefect's TerminationSignal, or, inside Ray
+        # calls, a SystemExit; the signal Ray's watcher recorded tells them apart.
+        received = cluster.received_signal()
+        if isinstance(exc, KeyboardInterrupt) or received == signal.SIGINT:
+            errors.print(f"[bold red]interrupted[/]: MLflow runs were marked KILLED{again}")
+            raise typer.Exit(130) from None
+        if isinstance(exc, TerminationSignal) or received == signal.SIGTERM:
+            errors.print(
+                f"[bold red]terminated[/] (SIGTERM): MLflow runs were marked KILLED{again}"
+            )
+            raise typer.Exit(143) from None
+        raise
     print_summary(summary)
     if summary_json is not None:
         import json

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 
 from training.config import RayConfig
 from training.errors import ConfigError, ServiceUnreachableError
@@ -19,6 +22,9 @@ _RAY_ENV_DEFAULTS = {
     "RAY_TRAIN_V2_ENABLED": "1",
     # Tune snapshots its state after every trial event; on small sweeps that is by design.
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    # Tune's own Ctrl-C handler makes Tuner.fit() return the unfinished trials as if the sweep
+    # had ended, and the flow would train on them; a KeyboardInterrupt must stop the run.
+    "TUNE_DISABLE_SIGINT_HANDLER": "1",
 }
 
 
@@ -66,12 +72,60 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
                 logging_level=logging.WARNING,
                 log_to_driver=True,
             )
+        _watch_signals()
     except ConnectionError as exc:
         raise ServiceUnreachableError(
             f"cannot connect to the Ray cluster at {address}: {exc}; check ray.address / "
             "RAY_ADDRESS, or unset it to use a local instance"
         ) from None
     return ray.cluster_resources()
+
+
+_WATCHED = (signal.SIGTERM, signal.SIGINT)
+_received: list[int] = []  # signals this process got since Ray started in it
+
+
+_wakeup: list[int] = []  # read end of the pipe Python writes each handled signal number to
+
+
+def received_signal() -> int | None:
+    """SIGTERM or SIGINT, if this process got one since Ray started in it."""
+    if _wakeup:
+        with contextlib.suppress(BlockingIOError):
+            _received.extend(n for n in os.read(_wakeup[0], 512) if n in _WATCHED)
+    return _received[0] if _received else None
+
+
+def _watch_signals() -> None:
+    """Remember a SIGTERM/SIGINT, then let the handler in place act on it.
+
+    Inside ``ray.get`` Ray turns the handler's exception (Ray's driver SIGTERM handler calls
+    ``sys.exit``; SIGINT raises KeyboardInterrupt) into ``SystemExit(1)``, indistinguishable
+    from any other exit, and Ray's native SIGTERM handler may abort the process; the record
+    lets the flow and the CLI report an interruption (runs KILLED, exit 143/130) all the same.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if not _wakeup:
+        # Ray Train's fit() later installs a SIGINT handler of its own (it aborts the run and
+        # exits 0); Python's wakeup fd records every handled signal, whoever handles it.
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        os.set_blocking(write_end, False)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        _wakeup.append(read_end)
+    for signum in _WATCHED:
+        previous = signal.getsignal(signum)
+
+        if previous == signal.SIG_IGN:
+            continue
+
+        def on_signal(number, frame, previous=previous):
+            if callable(previous):
+                previous(number, frame)
+            raise SystemExit(128 + number)
+
+        signal.signal(signum, on_signal)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -310,6 +310,17 @@ class StorageConfig(_Section):
             )
         return value
 
+    @field_validator("endpoint_url")
+    @classmethod
+    def _no_credentials(cls, value: str | None) -> str | None:
+        # The config is the flow's parameter: Prefect stores it as given and MLflow logs it.
+        if value and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
+            raise ValueError(
+                "holds credentials (user:secret@); give the endpoint only, e.g. "
+                "http://127.0.0.1:9000, and the keys in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
+            )
+        return value
+
 
 class PipelineConfig(_Section):
     """Everything the pipeline needs; the flow's one parameter."""
@@ -443,7 +454,7 @@ def _format_validation_error(exc: ValidationError) -> str:
         given = err.get("input")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling; `trainflow config show` lists every key)"
-        elif not isinstance(given, dict):
+        elif not isinstance(given, dict) and "credentials" not in msg:  # never echo a secret
             msg = f"{msg} (got {given!r})"
         lines.append(f"  {key}: {msg}")
     return "invalid configuration:\n" + "\n".join(lines)

@@ -94,6 +94,10 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
         history = list(state["history"])
         # A mid-epoch checkpoint: batches done in epoch ``start_epoch`` and their loss totals.
         start_batch, partial = int(state.get("batch", 0)), state.get("partial_totals")
+        if ctx.rank == 0:  # in the worker's log: a restart or re-run continued, not restarted
+            print(
+                f"trainflow: resuming at epoch {start_epoch + 1} of {max_epochs} from a checkpoint"
+            )
 
     model = ctx.prepare_model(model)
     # The global batch is split across workers so results do not depend on the worker count.

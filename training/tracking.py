@@ -29,6 +29,7 @@ Nothing here runs at import time; mlflow itself is imported inside the functions
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import importlib.metadata
 import json
@@ -36,6 +37,7 @@ import logging
 import math
 import numbers
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -44,6 +46,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,6 +82,11 @@ PARENT_TAG = "mlflow.parentRunId"
 CHAMPION = "champion"
 CHALLENGER = "challenger"
 LOWER_IS_BETTER = {"test_loss"}
+# The promotion lock (Tracker.registry_lock): a registered model that exists while held.
+LOCK_SUFFIX = ".champion-lock"
+LOCK_OWNER_TAG = "trainflow.lock_owner"
+LOCK_TIMEOUT_S = 60.0
+LOCK_STALE_S = 300.0  # far longer than a promotion takes (~1 s)
 STATE_DIR_IN_MODEL = "extra_files"  # where mlflow puts extra_files inside the model artifacts
 
 # MLflow's limits (mlflow/utils/validation.py).
@@ -424,9 +432,11 @@ class Tracker:
             raise ValueError(f"status must be one of {sorted(_TERMINAL)}, got {status!r}")
         self.client.set_terminated(run_id, status=status)
 
-    def close_unfinished(self, parent_id: str, status: str) -> list[str]:
-        """End every descendant still RUNNING with ``status``, then the parent; returns the ids
-        of the runs it ended."""
+    def close_unfinished(
+        self, parent_id: str, status: str, include_parent: bool = True
+    ) -> list[str]:
+        """End every descendant still RUNNING with ``status``, then the parent (unless
+        ``include_parent`` is false); returns the ids of the runs it ended."""
         if status not in _TERMINAL:
             raise ValueError(f"status must be one of {sorted(_TERMINAL)}, got {status!r}")
         closed = []
@@ -434,7 +444,7 @@ class Tracker:
             if run.info.status in _UNFINISHED:
                 self.client.set_terminated(run.info.run_id, status=status)
                 closed.append(run.info.run_id)
-        if self.client.get_run(parent_id).info.status in _UNFINISHED:
+        if include_parent and self.client.get_run(parent_id).info.status in _UNFINISHED:
             self.client.set_terminated(parent_id, status=status)
             closed.append(parent_id)
         return closed
@@ -762,13 +772,19 @@ class Tracker:
         ``mlflow.gate.min_delta``. A champion without a value for the same metric cannot be
         compared and is replaced (decision "promoted", champion_value None).
         """
-        from mlflow.exceptions import MlflowException
-
-        gate = self.config.mlflow.gate
         name = self.config.mlflow.registered_model
         version = str(version)
         challenger_value = float(challenger_value)
-        self.client.set_registered_model_alias(name, CHALLENGER, version)
+        # Read the champion, compare and move the aliases as one step: two runs promoting at
+        # once must not both read the old champion and the worse one write last.
+        with self.registry_lock(name):
+            self.client.set_registered_model_alias(name, CHALLENGER, version)
+            return self._gate(name, version, challenger_value)
+
+    def _gate(self, name: str, version: str, challenger_value: float) -> dict[str, Any]:
+        from mlflow.exceptions import MlflowException
+
+        gate = self.config.mlflow.gate
         try:
             champion = self.client.get_model_version_by_alias(name, CHAMPION)
         except MlflowException as exc:
@@ -819,6 +835,57 @@ class Tracker:
             "champion_value": champion_value,
             "aliases": sorted(aliases),
         }
+
+    @contextlib.contextmanager
+    def registry_lock(self, name: str, timeout_s: float = LOCK_TIMEOUT_S):
+        """A mutex over the MLflow store, so it works alike on sqlite and an ``mlflow server``:
+        creating a registered model is atomic (the store's unique name), so the process that
+        creates ``<name>.champion-lock`` holds the lock and deletes it when done. A lock left by
+        a crashed process is broken once older than ``LOCK_STALE_S``."""
+        from mlflow.exceptions import MlflowException
+
+        lock = f"{name}{LOCK_SUFFIX}"
+        owner = uuid.uuid4().hex
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.client.create_registered_model(
+                    lock,
+                    tags={LOCK_OWNER_TAG: owner},
+                    description=f"trainflow: held while the {CHAMPION} alias of {name} moves",
+                )
+                break
+            except MlflowException as exc:
+                if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+            self._break_stale_lock(lock)
+            if time.monotonic() > deadline:
+                raise TrainflowError(
+                    f"could not take the promotion lock {lock!r} in {timeout_s:.0f} s: another "
+                    f"run is promoting a model of {name}; retry, or delete the registered model "
+                    f"{lock!r} if no run is promoting"
+                )
+            time.sleep(0.1 + random.random() * 0.2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(MlflowException):
+                held = self.client.get_registered_model(lock)
+                if held.tags.get(LOCK_OWNER_TAG) == owner:
+                    self.client.delete_registered_model(lock)
+
+    def _break_stale_lock(self, lock: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            held = self.client.get_registered_model(lock)
+        except MlflowException:
+            return  # released meanwhile
+        age_s = time.time() - (held.creation_timestamp or 0) / 1000
+        if age_s > LOCK_STALE_S:
+            log.warning("breaking the promotion lock %s left %.0f s ago", lock, age_s)
+            with contextlib.suppress(MlflowException):
+                self.client.delete_registered_model(lock)
 
     def describe_model(self, description: str, version: str | None = None) -> None:
         """Set the description of the registered model, or of one of its versions."""

@@ -17,8 +17,19 @@ TRAINFLOW = [sys.executable, "-m", "trainflow"]
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 
 
-def _run(home: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRAINFLOW_HOME": str(home)}
+# Issue 5, case 11: the first run carries canary credentials; none may be written anywhere.
+CANARIES = {
+    "AWS_ACCESS_KEY_ID": "AKIACANARY7QX2LKEYID",
+    "AWS_SECRET_ACCESS_KEY": "canary-secret-3f9d1c0b7e5a",
+    "AWS_SESSION_TOKEN": "canary-session-token-8b2e",
+    "MLFLOW_TRACKING_TOKEN": "canary-mlflow-token-6a4f",
+}
+
+
+def _run(
+    home: Path, *args: str, timeout: int = 600, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRAINFLOW_HOME": str(home), **(env_extra or {})}
     for key in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "RAY_ADDRESS", "PREFECT_HOME"):
         env.pop(key, None)
     # Run from an empty directory: nothing may be written outside the trainflow home.
@@ -42,7 +53,7 @@ def home(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def first_run(home):
     out = home / "summary-1.json"
-    proc = _run(home, "run", "--config", SMOKE, "--summary-json", str(out))
+    proc = _run(home, "run", "--config", SMOKE, "--summary-json", str(out), env_extra=CANARIES)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return json.loads(out.read_text()), proc
 
@@ -69,6 +80,26 @@ def test_summary_names_every_stage_and_prints_it(first_run):
     assert summary["model"]["decision"] == "first-model"
     for text in ("test_accuracy", "mlflow ui", summary["mlflow"]["parent_run_id"]):
         assert text in proc.stdout, text
+
+
+def test_no_canary_credential_is_written_anywhere(home, first_run):
+    """MLflow's db and artifacts, the Prefect home and its db, the Ray storage root (results,
+    checkpoints, Tune state) all live in the home; our logs are the process's output."""
+    _, proc = first_run
+    secrets = [value.encode() for value in CANARIES.values()]
+    logs = (proc.stdout + proc.stderr).encode()
+    assert [s for s in secrets if s in logs] == []
+    files = [p for p in home.rglob("*") if p.is_file()]
+    names = {p.relative_to(home).parts[0] for p in files}
+    assert {"mlflow.db", "mlartifacts", "prefect", "storage"} <= names, names
+    assert any(p.name.startswith("prefect.db") for p in (home / "prefect").iterdir())
+    leaks = [
+        f"{path.relative_to(home)}: {secret.decode()}"
+        for path in files
+        for secret in secrets
+        if secret in path.read_bytes()
+    ]
+    assert leaks == []
 
 
 def test_mlflow_run_tree_histories_and_registry(first_run, client):

@@ -1,0 +1,326 @@
+"""Issue 5, case 3: the flow process killed mid-run, then the same command resumed.
+
+One run id through four `trainflow run` processes (smoke config), like Ray's
+test_experiment_restore.py (kill the driver, restore, progress never goes back):
+
+  1. SIGKILL mid-sweep (no handler runs: MLflow runs stay RUNNING, Tune state is on disk)
+  2. `--resume`: preprocessing cached, sweep restored; SIGTERM once the final training has
+     a checkpoint -> exit 143, runs KILLED, Ray shut down, no process of the run left
+  3. `--resume`: SIGINT once the final training has another checkpoint -> exit 130, same checks
+  4. `--resume`: finishes; the training continued from its checkpoint, every epoch once
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
+EPOCHS = 5  # the final training's: room to stop it between two checkpoints
+ARGS = ("--config", SMOKE, "--set", f"train.max_epochs={EPOCHS}")
+RUN_ID = "killme"
+OTHER_ID = "alongside"  # case 10: a second run at the same time as the last resume
+NUM_SAMPLES = 4  # configs/smoke.yaml
+
+
+class FlowProcess:
+    """`trainflow run` in its own session, so that every process it starts can be found."""
+
+    def __init__(self, home: Path, *args: str) -> None:
+        env = {**os.environ, "TRAINFLOW_HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
+        for key in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "RAY_ADDRESS", "PREFECT_HOME"):
+            env.pop(key, None)
+        (home / "cwd").mkdir(exist_ok=True)
+        self.log = home / f"log-{time.time_ns()}.txt"
+        self.started = time.monotonic()
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "trainflow", "run", *args],
+                cwd=home / "cwd",
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.wall_s = 0.0
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_until(self, condition, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert self.proc.poll() is None, (
+                f"exited early ({self.proc.returncode}):\n" + (self.output()[-4000:])
+            )
+            assert time.monotonic() < deadline, "timed out:\n" + self.output()[-4000:]
+            time.sleep(0.2)
+
+    def wait(self, timeout: float = 300) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        finally:
+            self.wall_s = time.monotonic() - self.started
+        return code
+
+    def session(self) -> dict[int, str]:
+        """pid -> name of every live process still in the run's session (Ray, Prefect's
+        server, ...); read from /proc, so zombies awaiting their parent do not count."""
+        found = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                state = stat.rsplit(")", 1)[1].split()[0]
+                if os.getsid(pid) == self.proc.pid and state != "Z":
+                    found[pid] = stat[stat.index("(") + 1 : stat.rindex(")")]
+            except (OSError, IndexError):
+                continue
+        return found
+
+    def wait_session_empty(self, timeout: float) -> dict[int, str]:
+        deadline = time.monotonic() + timeout
+        while (left := self.session()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return left
+
+    def kill_session(self) -> None:
+        for pid in self.session():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                continue
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("kill-home")
+
+
+def _sweep_dir(home: Path) -> Path:
+    return home / "storage" / "runs" / RUN_ID / "sweep"
+
+
+def _trials_reported(home: Path) -> dict[str, int]:
+    """Trial directory -> rows in its result.json (one per reported epoch)."""
+    sweep = _sweep_dir(home)
+    if not sweep.is_dir():
+        return {}
+    return {
+        p.parent.name: len(p.read_text().splitlines())
+        for p in sweep.glob("*/result.json")
+        if p.stat().st_size > 0
+    }
+
+
+def _registered_checkpoint(home: Path) -> str | None:
+    """The final training's latest checkpoint that Ray Train registered (a checkpoint
+    directory alone may never have been registered when the process died)."""
+    snapshot = home / "storage" / "runs" / RUN_ID / "train" / "checkpoint_manager_snapshot.json"
+    try:
+        latest = json.loads(snapshot.read_text()).get("latest_checkpoint_result") or {}
+    except (OSError, ValueError):
+        return None
+    return latest.get("checkpoint_dir_name")
+
+
+def _mlflow(home: Path):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("trainflow-smoke")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    return client, runs
+
+
+def _stop_facts(flow: FlowProcess, home: Path, code: int) -> dict:
+    """What a stopped run left, read at once (the next resume changes it)."""
+    _, runs = _mlflow(home)
+    left = flow.wait_session_empty(timeout=30)  # Ray shut down, Prefect's server stopped
+    flow.kill_session()
+    return {
+        "code": code,
+        "out": " ".join(flow.output().split()),  # the CLI's message may wrap
+        "running": [(r.info.run_name, r.info.status) for r in runs if r.info.status == "RUNNING"],
+        "parent": next(r.info.status for r in runs if r.info.run_name == f"pipeline-{RUN_ID}"),
+        "left": left,
+    }
+
+
+def _check_clean_stop(facts: dict, expected: int, word: str):
+    out = facts["out"]
+    assert facts["code"] == expected, out[-4000:]
+    assert word in out and f"trainflow run --resume {RUN_ID}" in out, out[-3000:]
+    assert facts["running"] == []
+    assert facts["parent"] == "KILLED"
+    # Ray shut down and nothing of the run left behind (raylet, GCS, workers, Prefect server).
+    assert facts["left"] == {}, f"processes of the stopped run still alive: {facts['left']}"
+
+
+@pytest.fixture(scope="module")
+def sequence(home):
+    """Runs the four processes once; each step's facts are returned for the tests below."""
+    facts: dict = {}
+
+    # 1. SIGKILL the flow process mid-sweep: Tune state saved, half the trials reported.
+    flow = FlowProcess(home, *ARGS, "--run-id", RUN_ID)
+    flow.wait_until(
+        lambda: (
+            any(_sweep_dir(home).glob("experiment_state-*.json"))
+            and len(_trials_reported(home)) >= NUM_SAMPLES // 2
+        )
+    )
+    facts["trials_at_kill"] = _trials_reported(home)
+    os.kill(flow.proc.pid, signal.SIGKILL)
+    flow.wait(timeout=60)
+    # What a container runtime does next: nothing of the dead run may hold the CPUs.
+    facts["left_after_sigkill"] = flow.wait_session_empty(timeout=10)
+    flow.kill_session()
+    _, runs = _mlflow(home)
+    facts["running_after_sigkill"] = [r.info.run_id for r in runs if r.info.status == "RUNNING"]
+    facts["killed_s"] = flow.wall_s
+
+    # 2. Resume; SIGTERM once the final training has registered a checkpoint.
+    flow = FlowProcess(home, *ARGS, "--resume", RUN_ID)
+    flow.wait_until(lambda: _registered_checkpoint(home) is not None)
+    facts["trials_after_resume"] = _trials_reported(home)
+    flow.proc.send_signal(signal.SIGTERM)
+    facts["sigterm"] = _stop_facts(flow, home, flow.wait(timeout=120))
+    facts["sigterm_out"] = flow.output()
+
+    # 3. Resume; SIGINT (Ctrl-C) as soon as the training continued from that checkpoint.
+    flow = FlowProcess(home, *ARGS, "--resume", RUN_ID)
+    flow.wait_until(lambda: "trainflow: resuming at epoch" in flow.output())
+    flow.proc.send_signal(signal.SIGINT)
+    facts["sigint"] = _stop_facts(flow, home, flow.wait(timeout=120))
+
+    # 4. Resume to the end, while another run (case 10) runs at once in the same home.
+    data_before = _checksums(home / "storage" / "data")
+    summary, other_summary = home / "summary.json", home / "summary-other.json"
+    flows = {
+        RUN_ID: FlowProcess(home, *ARGS, "--resume", RUN_ID, "--summary-json", str(summary)),
+        OTHER_ID: FlowProcess(
+            home, *ARGS, "--run-id", OTHER_ID, "--summary-json", str(other_summary)
+        ),
+    }
+    # Checksums of each run's files when it ends, and again once both ended.
+    at_end: dict[str, dict[str, str]] = {}
+    deadline = time.monotonic() + 900
+    while len(at_end) < 2 and time.monotonic() < deadline:
+        for run_id, flow in flows.items():
+            if run_id not in at_end and flow.proc.poll() is not None:
+                flow.wait()
+                assert flow.proc.returncode == 0, flow.output()[-4000:]
+                at_end[run_id] = _checksums(home / "storage" / "runs" / run_id)
+        time.sleep(0.5)
+    assert len(at_end) == 2, "the concurrent runs did not end in 15 min"
+    facts["concurrent"] = {
+        "at_end": at_end,
+        "after_both": {r: _checksums(home / "storage" / "runs" / r) for r in flows},
+        "data_before": data_before,
+        "data_after": _checksums(home / "storage" / "data"),
+        "other_summary": json.loads(other_summary.read_text()),
+    }
+    flow = flows[RUN_ID]
+    facts["final_out"] = flow.output()
+    facts["summary"] = json.loads(summary.read_text())
+    facts["final_s"] = flow.wall_s
+    print(f"case 3: killed part {facts['killed_s']:.1f} s, final resume {flow.wall_s:.1f} s")
+    return facts
+
+
+def _checksums(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_sigkill_mid_sweep_then_resume_restores_the_sweep(sequence):
+    assert sequence["running_after_sigkill"], "SIGKILL left no RUNNING run: not killed mid-run?"
+    before, after = sequence["trials_at_kill"], sequence["trials_after_resume"]
+    # The same sweep, restored: the same trials (no new sweep of NUM_SAMPLES more), and no
+    # trial's progress went back.
+    assert len(after) == NUM_SAMPLES, after
+    assert set(before) <= set(after)
+    assert all(after[trial] >= rows for trial, rows in before.items()), (before, after)
+    # Preprocessing came from the cache, not recomputed.
+    assert "reused cached output, nothing recomputed" in sequence["sigterm_out"]
+    assert "left RUNNING by a killed process marked KILLED" in sequence["sigterm_out"]
+
+
+def test_sigterm_stops_cleanly(sequence):
+    _check_clean_stop(sequence["sigterm"], 143, "terminated")
+
+
+def test_sigint_stops_cleanly(sequence):
+    _check_clean_stop(sequence["sigint"], 130, "interrupted")
+    # The training continued from the checkpoint the SIGTERMed process left.
+    assert "trainflow: resuming at epoch" in sequence["sigint"]["out"]
+
+
+def test_final_resume_finishes_from_the_checkpoint(sequence, home):
+    summary, out = sequence["summary"], sequence["final_out"]
+    assert summary["run_id"] == RUN_ID
+    assert summary["data"]["preprocess_cached"] is True
+    assert "trainflow: resuming at epoch" in out
+    client, runs = _mlflow(home)
+    assert [r.info.run_id for r in runs if r.info.status == "RUNNING"] == []
+    parents = [r for r in runs if r.data.tags.get("trainflow.stage") == "pipeline"]
+    assert sorted((p.info.run_name, p.info.status) for p in parents) == [
+        (f"pipeline-{OTHER_ID}", "FINISHED"),
+        (f"pipeline-{RUN_ID}", "FINISHED"),
+    ]
+    # One train run, its metric steps continuous: every epoch exactly once over three processes.
+    train = summary["mlflow"]["train_run_id"]
+    steps = sorted(m.step for m in client.get_metric_history(train, "val_loss"))
+    assert steps == list(range(1, EPOCHS + 1))
+    assert [row["epoch"] for row in summary["sweep"]["trials"][0]["history"]] == list(
+        range(1, summary["sweep"]["trials"][0]["epochs"] + 1)
+    )
+    # One model version per finished run: the killed processes registered nothing.
+    versions = client.search_model_versions("name='digits-smoke'")
+    other = sequence["concurrent"]["other_summary"]
+    assert sorted(v.run_id for v in versions) == sorted([train, other["mlflow"]["train_run_id"]])
+
+
+def test_concurrent_run_keeps_outputs_disjoint(sequence, home):
+    """Case 10: two pipelines at once, different run ids, one trainflow home."""
+    facts = sequence["concurrent"]
+    mine, other = sequence["summary"], facts["other_summary"]
+    assert other["run_id"] == OTHER_ID and other["storage"] != mine["storage"]
+    # Neither run changed a byte of the other's files, nor of the shared preprocessed data.
+    assert facts["at_end"] == facts["after_both"]
+    assert all(facts["at_end"].values())
+    assert facts["data_before"] and facts["data_before"] == facts["data_after"]
+    assert other["data"]["fingerprint"] == mine["data"]["fingerprint"]
+    # Separate MLflow run trees, each child tagged with its own run id.
+    client, runs = _mlflow(home)
+    for summary in (mine, other):
+        parent = summary["mlflow"]["parent_run_id"]
+        assert client.get_run(parent).info.status == "FINISHED"
+        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent]
+        assert {r.data.tags.get("trainflow.stage") for r in children} >= {"sweep", "train"}
+        assert {r.data.tags.get("trainflow.run_id") for r in children} == {summary["run_id"]}
+    # Both promoted at about the same time: the champion is the better one.
+    values = {
+        str(v.version): float(v.tags["gate.value"])
+        for v in client.search_model_versions("name='digits-smoke'")
+    }
+    champion = client.get_model_version_by_alias("digits-smoke", "champion")
+    assert values[str(champion.version)] == max(values.values()), values

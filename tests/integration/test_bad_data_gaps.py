@@ -1,0 +1,55 @@
+"""Issue 5, case 7: bad data the preprocess stage must refuse, beyond tests/integration/
+test_preprocess.py (missing label, string feature, NaN labels, small class, empty parquet,
+truncated/corrupt parquet among good files, ragged CSV row). Same contract: one
+DataValidationError naming the column or file and the fix, and nothing written as complete."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from training.config import DataConfig, PipelineConfig
+from training.data import MANIFEST_FILE, fingerprint, preprocess, resolve_inputs
+from training.errors import DataValidationError
+from training.storage import StorageLayout
+
+pytestmark = pytest.mark.integration
+
+
+def _refused(tmp_path, data: DataConfig, *fragments: str) -> DataValidationError:
+    root = tmp_path / "storage"
+    config = PipelineConfig(data=data)
+    with pytest.raises(DataValidationError) as err:
+        files = resolve_inputs(config.data)
+        preprocess(config, StorageLayout(root=str(root)), fingerprint(config.data, files), files)
+    for fragment in fragments:
+        assert fragment in str(err.value), str(err.value)
+    written = list(root.rglob("*")) if root.exists() else []
+    assert not [p for p in written if p.name == MANIFEST_FILE or p.name.startswith("_incoming")]
+    return err.value
+
+
+def test_continuous_label_column_is_not_a_class_label(ray_local, tmp_path):
+    # A wrong dtype for a label: floats of a regression target, one "class" per row.
+    rng = np.random.default_rng(0)
+    n = 1200
+    table = pa.table(
+        {"a": rng.normal(size=n), "b": rng.normal(size=n), "label": rng.normal(size=n)}
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    _refused(
+        tmp_path,
+        DataConfig(source=str(tmp_path / "t.parquet")),
+        "label column 'label'",
+        "not a class label",
+        "data.label_column",
+    )
+
+
+def test_a_single_class_cannot_train_a_classifier(ray_local, tmp_path):
+    rng = np.random.default_rng(1)
+    table = pa.table({"a": rng.normal(size=80), "label": np.zeros(80, dtype=np.int64)})
+    pq.write_table(table, tmp_path / "t.parquet")
+    _refused(tmp_path, DataConfig(source=str(tmp_path / "t.parquet")), "single value", "two")
