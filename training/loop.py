@@ -6,6 +6,7 @@ object hides it: ``TrainContext`` for TorchTrainer workers, ``TuneContext`` for 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
@@ -40,13 +41,29 @@ class LoopContext(Protocol):
     def report(self, metrics: dict[str, float], state: dict[str, Any] | None) -> None: ...
 
 
-def loop_config(config: PipelineConfig, spec: FeatureSpec, max_epochs: int) -> dict[str, Any]:
+def loop_config(
+    config: PipelineConfig, spec: FeatureSpec, max_epochs: int, max_workers: int = 1
+) -> dict[str, Any]:
     """The plain-data argument every worker/trial receives (picklable, JSON-able)."""
     return {
         "pipeline": config.model_dump(mode="json"),
         "spec": spec.to_dict(),
         "max_epochs": max_epochs,
+        "max_workers": max_workers,
     }
+
+
+def step_plan(global_batch: int, world_size: int, max_workers: int) -> tuple[int, int]:
+    """(rows per worker per optimizer step, rows per forward pass).
+
+    The global batch is split across the workers there are, so an elastic group that lost
+    workers still steps on ``global_batch`` rows; each worker then accumulates gradients over
+    micro-batches no larger than at full size (``global_batch / max_workers``), so its memory
+    per forward pass does not grow.
+    """
+    per_worker = max(1, global_batch // world_size)
+    micro = max(1, math.ceil(global_batch / max(max_workers, world_size)))
+    return per_worker, min(micro, per_worker)
 
 
 def seed_everything(seed: int) -> None:
@@ -86,12 +103,17 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
 
     model = ctx.prepare_model(model)
     # The global batch is split across workers so results do not depend on the worker count.
-    per_worker_batch = max(1, train_cfg.batch_size // ctx.world_size)
+    per_worker_batch, micro_batch = step_plan(
+        train_cfg.batch_size, ctx.world_size, int(settings.get("max_workers", 1))
+    )
     loss_fn = nn.CrossEntropyLoss(reduction="sum")
+    bf16 = train_cfg.precision == "bf16"
 
     for epoch in range(start_epoch, max_epochs):
         torch.manual_seed(_epoch_seed(train_cfg.seed, epoch, ctx.rank))
-        train_loss = _train_epoch(model, optimizer, loss_fn, ctx, epoch, per_worker_batch)
+        train_loss = _train_epoch(
+            model, optimizer, loss_fn, ctx, epoch, per_worker_batch, micro_batch, bf16
+        )
         val_loss, val_accuracy = _validate(model, loss_fn, ctx, per_worker_batch)
         if not math.isfinite(train_loss) or not math.isfinite(val_loss):
             raise TrainingDivergedError(
@@ -105,6 +127,8 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
             "val_loss": val_loss,
             "val_accuracy": val_accuracy,
             "lr": optimizer.param_groups[0]["lr"],
+            # Elastic groups change size between attempts: the history shows each epoch's.
+            "workers": float(ctx.world_size),
         }
         scheduler.step()
         history.append(metrics)
@@ -133,17 +157,39 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model.module if hasattr(model, "module") else model
 
 
-def _train_epoch(model, optimizer, loss_fn, ctx: LoopContext, epoch: int, batch_size: int) -> float:
+def _train_epoch(
+    model, optimizer, loss_fn, ctx: LoopContext, epoch: int, batch_size: int, micro: int, bf16: bool
+) -> float:
     model.train()
     totals = torch.zeros(2, dtype=torch.float64)  # loss sum, rows
     for features, labels in ctx.train_batches(epoch, batch_size):
         optimizer.zero_grad(set_to_none=True)
-        loss_sum = loss_fn(model(features), labels)
-        (loss_sum / len(labels)).backward()
+        loss_sum = accumulate_gradients(model, loss_fn, features, labels, micro, bf16)
         optimizer.step()
-        totals += torch.tensor([loss_sum.item(), len(labels)], dtype=torch.float64)
+        totals += torch.tensor([loss_sum, len(labels)], dtype=torch.float64)
     totals = ctx.all_reduce_sum(totals)
     return float(totals[0] / max(totals[1].item(), 1.0))
+
+
+def accumulate_gradients(
+    model, loss_fn, features: torch.Tensor, labels: torch.Tensor, micro: int, bf16: bool = False
+) -> float:
+    """Backward over the batch in micro-batches of at most ``micro`` rows; returns the loss sum.
+
+    Each micro-batch's summed loss is divided by the whole batch's rows, so the accumulated
+    gradient equals one pass over the whole batch. DDP all-reduces once, on the last one.
+    """
+    rows, loss_total = len(labels), 0.0
+    for start in range(0, rows, micro):
+        last = start + micro >= rows
+        no_sync = getattr(model, "no_sync", None)
+        with contextlib.nullcontext() if last or no_sync is None else no_sync():
+            with torch.autocast(features.device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(features[start : start + micro])
+            loss = loss_fn(logits.float(), labels[start : start + micro])
+            (loss / rows).backward()
+        loss_total += loss.item()
+    return loss_total
 
 
 @torch.no_grad()
@@ -197,11 +243,13 @@ class _RayReporting:
 class TrainContext(_RayReporting):
     """Inside a Ray Train worker: Ray Data shards, DDP, ``ray.train.report``."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, pin_memory: bool = False) -> None:
         import ray.train
 
         self._api = ray.train
         self._seed = seed
+        # Page-locked host batches make the copy to the GPU asynchronous (use_gpu only).
+        self._pin_memory = pin_memory
         context = ray.train.get_context()
         self.world_size = context.get_world_size()
         self.rank = context.get_world_rank()
@@ -215,6 +263,7 @@ class TrainContext(_RayReporting):
         for batch in self._shards[split].iter_torch_batches(
             batch_size=batch_size,
             dtypes={FEATURES: torch.float32, LABEL: torch.int64, SAMPLE_ID: torch.int64},
+            pin_memory=self._pin_memory,
             **(shuffle if seed is not None else {}),
         ):
             yield batch[FEATURES], batch[LABEL]
@@ -232,9 +281,12 @@ class TrainContext(_RayReporting):
 
     def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
-            values = values.clone()
+            import ray.train.torch
+
+            # nccl reduces only device tensors; gloo takes CPU ones (get_device() is the CPU).
+            values = values.to(ray.train.torch.get_device())
             torch.distributed.all_reduce(values)
-        return values
+        return values.cpu()
 
 
 class TuneContext(_RayReporting):
@@ -271,4 +323,5 @@ class TuneContext(_RayReporting):
 
 def train_worker(settings: dict[str, Any]) -> list[dict[str, float]]:
     """``train_loop_per_worker`` of the TorchTrainer."""
-    return run_loop(settings, TrainContext(seed=settings["pipeline"]["train"]["seed"]))
+    train = settings["pipeline"]["train"]
+    return run_loop(settings, TrainContext(seed=train["seed"], pin_memory=train["use_gpu"]))
