@@ -192,8 +192,9 @@ def _load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict
     from training.evaluate import load_model_state
     from training.storage import filesystem, is_remote
 
-    fs = filesystem(checkpoint_path, config.storage.endpoint_url)[0]
-    checkpoint = Checkpoint(checkpoint_path, filesystem=fs if is_remote(checkpoint_path) else None)
+    fs, path = filesystem(checkpoint_path, config.storage.endpoint_url)
+    remote = is_remote(checkpoint_path)
+    checkpoint = Checkpoint(path if remote else checkpoint_path, filesystem=fs if remote else None)
     with checkpoint.as_directory() as directory:
         return load_model_state(directory)
 

@@ -57,24 +57,30 @@ def _wait_http(url: str, timeout: float) -> None:
 
 def _stop(proc: subprocess.Popen) -> None:
     """Kill the process group this fixture started (our own processes only)."""
-    if proc.poll() is None or _group_alive(proc.pid):
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + 10
-            while _group_alive(proc.pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not _group_alive(proc):
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + 8
+        while _group_alive(proc) and time.monotonic() < deadline:
+            time.sleep(0.2)
     proc.wait(timeout=10)
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
+def _group_alive(proc: subprocess.Popen) -> bool:
+    """Any live (not zombie) process left in the group; reaps our direct child on the way."""
+    proc.poll()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == proc.pid and fields[0] != "Z":
+            return True
+    return False
 
 
 @dataclass
@@ -210,7 +216,11 @@ def s3_server(tmp_path_factory) -> S3Server:
     try:
         _wait_http(f"{endpoint}/moto-api/", timeout=60)
         server = S3Server(endpoint=endpoint, env=env, proc=proc)
-        server.fs().create_dir(BUCKET)
+        # The bucket is the test's set-up, made by an admin client: trainflow never creates buckets.
+        admin = pafs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True
+        )
+        admin.create_dir(BUCKET)
         assert server.fs().get_file_info(BUCKET).type == pafs.FileType.Directory
         yield server
     finally:
@@ -235,6 +245,11 @@ def ray_cluster(s3_server, tmp_path_factory) -> RayCluster:
         "_TF_DASHBOARD_PORT": str(dashboard_port),
     }
     env.pop("RAY_ADDRESS", None)
+    # `ray start` turns token authentication on when ~/.ray/auth_token exists (Ray 2.60); the
+    # State API client in this process must then send the token too.
+    previous_auth = os.environ.get("RAY_AUTH_MODE")
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    env["RAY_AUTH_MODE"] = os.environ["RAY_AUTH_MODE"]  # a joining node does not infer it
     head = _start_node(env, workdir, "head", None)
     address = f"127.0.0.1:{gcs_port}"
     cluster = RayCluster(
@@ -253,3 +268,5 @@ def ray_cluster(s3_server, tmp_path_factory) -> RayCluster:
         for node in [*cluster.workers, head]:
             node.stop()
             shutil.rmtree(node.temp_dir, ignore_errors=True)
+        if previous_auth is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
