@@ -159,7 +159,7 @@ ELASTIC_EPOCHS = 40
 
 
 def test_elastic_training_survives_a_lost_node_and_scales_back(
-    pipeline_run, ray_cluster, s3_server, digits_on_s3, tmp_path_factory
+    ray_cluster, s3_server, digits_on_s3, tmp_path_factory
 ):
     """Kill the worker node mid-training, go on with one worker, restart it, scale back to 2."""
     from mlflow import MlflowClient
