@@ -60,7 +60,7 @@ def step_plan(global_batch: int, world_size: int, max_workers: int) -> tuple[int
     workers still steps on ``global_batch`` rows (exactly when the worker count divides it).
     Each worker accumulates gradients over micro-batches no larger than at full size
     (``global_batch / max_workers``), so its memory per forward pass does not grow.
-    """"""
+    """
     per_worker = max(1, global_batch // world_size)
     micro = max(1, math.ceil(global_batch / max(max_workers, world_size)))
     return per_worker, min(micro, per_worker)
