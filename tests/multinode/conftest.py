@@ -129,7 +129,9 @@ class RayCluster:
     def alive_nodes(self) -> list:
         from ray.util.state import list_nodes
 
-        return list_nodes(address=self.dashboard_url, filters=[("state", "=", "ALIVE")])
+        # Filter here: a server-side filter that drops dead nodes reads as "truncated output".
+        nodes = list_nodes(address=self.dashboard_url, limit=1000)
+        return [n for n in nodes if n.state == "ALIVE"]
 
     def wait_for_nodes(self, count: int, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
