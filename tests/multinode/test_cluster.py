@@ -31,6 +31,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def _trainflow(cluster, s3, home: Path, *args: str) -> subprocess.Popen:
     """`trainflow run` against the cluster, as a user runs it (its own process)."""
     env = {**os.environ, **s3.env, "TRAINFLOW_HOME": str(home)}
+    # A restart right after a node loss may ask for the old size before Ray's resource view
+    # drops the node; the attempt then waits this long before restarting smaller (default 60).
+    env["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = "30"
     for key in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "RAY_ADDRESS", "PREFECT_HOME"):
         env.pop(key, None)
     workdir = home / "cwd"
@@ -139,8 +142,18 @@ def test_no_credential_reaches_mlflow(pipeline_run, s3_server):
     assert secret not in recorded and secret not in output
 
 
-def _checkpoints(s3, run_id: str) -> set[str]:
-    return {p for p in s3.ls(f"trainflow/runs/{run_id}/train") if p.endswith("state.pt")}
+def _latest_checkpoint(s3, run_id: str) -> dict | None:
+    """The latest checkpoint Ray Train has registered, from its manager snapshot on S3: the one a
+    restart resumes from (an uploaded but unregistered one is not), with its metrics."""
+    path = f"{BUCKET}/trainflow/runs/{run_id}/train/checkpoint_manager_snapshot.json"
+    try:
+        with s3.fs().open_input_stream(path) as stream:
+            snapshot = json.loads(stream.read().decode())
+    except (FileNotFoundError, ValueError):  # not written yet, or caught mid-write
+        return None
+    if isinstance(snapshot, str):  # pydantic .json() may be stored JSON-encoded again
+        snapshot = json.loads(snapshot)
+    return snapshot.get("latest_checkpoint_result")
 
 
 def _wait(what: str, ready, proc: subprocess.Popen, home: Path, timeout: float = 180) -> None:
@@ -191,23 +204,19 @@ def test_elastic_training_survives_a_lost_node_and_scales_back(
     try:
         lost = ray_cluster.workers[-1]
 
-        def alive_workers() -> list:
-            return [w for w in ray_cluster.train_workers() if w.state == "ALIVE"]
+        def checkpoint_workers() -> float | None:
+            latest = _latest_checkpoint(s3_server, "elastic") or {}
+            return latest.get("metrics", {}).get("workers")
 
-        _wait(
-            "a checkpoint from two workers",
-            lambda: len(alive_workers()) == 2 and _checkpoints(s3_server, "elastic"),
-            proc,
-            home,
-        )
-        before = _checkpoints(s3_server, "elastic")
+        _wait("a checkpoint from two workers", lambda: checkpoint_workers() == 2, proc, home)
         lost.stop()  # the node's raylet, object store and training worker die at once
         ray_cluster.wait_for_nodes(1)
         _wait(
-            "a checkpoint written by the one remaining worker",
-            lambda: len(alive_workers()) == 1 and _checkpoints(s3_server, "elastic") - before,
+            "a checkpoint from the one remaining worker",
+            lambda: checkpoint_workers() == 1,
             proc,
             home,
+            timeout=300,
         )
         remaining = {n.node_id for n in ray_cluster.alive_nodes()}
         ray_cluster.start_worker()
