@@ -102,3 +102,28 @@ def test_ship_code_uploads_training_and_pins_the_cluster_address():
     assert "py_modules" not in installed and "RAY_ADDRESS" not in installed["env_vars"]
     # Credentials never travel in the runtime_env (it is visible in the dashboard).
     assert not any(k.startswith("AWS_") for k in shipped["env_vars"])
+
+
+def test_ray_paths_inside_s3_become_uris_again():
+    from training.storage import StorageLayout
+
+    s3 = StorageLayout(root="s3://bucket/prefix", endpoint_url="http://127.0.0.1:9000")
+    path, fs = s3.ray_storage("run1")
+    assert path == "bucket/prefix/runs/run1" and fs is not None
+    assert (
+        s3.uri_of(f"{path}/train/checkpoint_1") == "s3://bucket/prefix/runs/run1/train/checkpoint_1"
+    )
+    local = StorageLayout(root="/data/tf")
+    assert local.uri_of("/data/tf/runs/run1/train") == "/data/tf/runs/run1/train"
+
+
+def test_embedded_mlflow_puts_artifacts_under_an_s3_root(tmp_path):
+    from training.tracking import _artifact_location
+
+    sqlite = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert _artifact_location(sqlite, "exp", "s3://bucket/prefix/") == (
+        "s3://bucket/prefix/mlartifacts/exp"
+    )
+    assert _artifact_location(sqlite, "exp", None).startswith("file://")
+    # A tracking server decides its own artifact store (--artifacts-destination).
+    assert _artifact_location("http://127.0.0.1:5000", "exp", "s3://bucket/prefix") is None
