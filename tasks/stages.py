@@ -26,6 +26,7 @@ def connect_ray(config: PipelineConfig) -> dict[str, float]:
     cluster.check_can_host(
         resources, config.train.min_workers, cluster.worker_resources(config.train)
     )
+    cluster.check_shared_storage(StorageLayout.from_config(config).root)
     return resources
 
 

@@ -125,3 +125,30 @@ def worker_resources(train) -> dict[str, float]:
     if train.use_gpu:
         resources.setdefault("GPU", 1.0)
     return resources
+
+
+def check_shared_storage(storage_root: str) -> None:
+    """Warn when a multi-node cluster writes checkpoints under a local path.
+
+    Every node must see the storage root (workers upload checkpoints, the driver reads them):
+    s3:// always works; a local path only if it is a shared mount (NFS) on every node.
+    """
+    import ray
+
+    from training.storage import is_remote
+
+    alive = [node for node in ray.nodes() if node.get("Alive")]
+    if len(alive) > 1 and not is_remote(storage_root):
+        log.warning(
+            "storage.root %s is a local path but the Ray cluster has %d nodes: it must be a "
+            "shared mount on every node; set storage.root to s3://bucket/prefix otherwise",
+            storage_root,
+            len(alive),
+        )
+
+
+def is_single_node() -> bool:
+    """True on a one-node Ray (the local instance); a cluster's nodes can come and go."""
+    import ray
+
+    return sum(1 for node in ray.nodes() if node.get("Alive")) <= 1

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from training import cluster
 from training.config import PipelineConfig
 from training.errors import TrainflowError
 from training.loop import loop_config, train_worker
@@ -19,15 +20,18 @@ log = logging.getLogger(__name__)
 MATERIALIZE_BELOW_BYTES = 256 * 1024**2
 
 
-def training_datasets(manifest: Manifest, endpoint_url: str | None = None) -> dict:
-    """The train/val Ray Datasets, cached in the object store when small."""
+def training_datasets(
+    manifest: Manifest, endpoint_url: str | None = None, materialize: bool = True
+) -> dict:
+    """The train/val Ray Datasets, cached in the object store when small and ``materialize``."""
     from training.data import read_split
 
     datasets = {}
     for split in ("train", "val"):
         dataset = read_split(manifest, split, endpoint_url)
         size = manifest.rows[split] * manifest.spec.num_features * 4
-        datasets[split] = dataset.materialize() if size < MATERIALIZE_BELOW_BYTES else dataset
+        small = materialize and size < MATERIALIZE_BELOW_BYTES
+        datasets[split] = dataset.materialize() if small else dataset
     return datasets
 
 
@@ -78,7 +82,12 @@ def build_trainer(
             elastic_resize_monitor_interval_s=train.elastic_resize_interval_s,
         ),
         torch_config=TorchConfig(backend=train.torch_backend, timeout_s=train.timeout_s),
-        datasets=training_datasets(manifest, config.storage.endpoint_url),
+        # On several nodes the cached blocks may sit on a node that dies; Train's dataset
+        # manager only borrows them, so Ray cannot rebuild them and every restart fails
+        # (OBJECT_UNRECONSTRUCTABLE_BORROWED). Streaming from storage survives node loss.
+        datasets=training_datasets(
+            manifest, config.storage.endpoint_url, materialize=cluster.is_single_node()
+        ),
         run_config=ray.train.RunConfig(
             # A deterministic name under the run's storage: a re-run with the same run id resumes.
             name=name,
