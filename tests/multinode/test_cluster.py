@@ -168,7 +168,7 @@ def _wait(what: str, ready, proc: subprocess.Popen, home: Path, timeout: float =
         time.sleep(0.5)
 
 
-ELASTIC_EPOCHS = 40
+ELASTIC_EPOCHS = 20
 
 
 def test_elastic_training_survives_a_lost_node_and_scales_back(
