@@ -121,7 +121,8 @@ class RayCluster:
     workers: list[RayNode] = field(default_factory=list)
 
     def start_worker(self) -> RayNode:
-        node = _start_node(self.env, self.workdir, f"worker{len(self.workers)}", self.address)
+        name = f"worker{len(self.workers)}"
+        node = _start_node(self.env, self.workdir, name, join=self.address)
         self.workers.append(node)
         self.wait_for_nodes(2)
         return node
@@ -152,7 +153,11 @@ class RayCluster:
         )
 
 
-def _start_node(env: dict, workdir: Path, name: str, head_address: str | None) -> RayNode:
+def _start_node(
+    env: dict, workdir: Path, name: str, *, join: str | None = None, head_ports=(0, 0)
+) -> RayNode:
+    """A `ray start --block` node: the head (``head_ports`` = GCS, dashboard) or one joining
+    the cluster at ``join``."""
     # Short temp dirs: Ray's socket paths must stay under the OS limit of ~107 characters.
     temp_dir = tempfile.mkdtemp(prefix=f"tf{name[:1]}", dir="/tmp")
     ports = {
@@ -174,27 +179,24 @@ def _start_node(env: dict, workdir: Path, name: str, head_address: str | None) -
         "--disable-usage-stats",
         *(f"{flag}={port}" for flag, port in ports.items()),
     ]
-    if head_address is None:
+    if join is None:
+        gcs_port, dashboard_port = head_ports
         cmd += [
             "--head",
-            f"--port={head_address_port(env)}",
+            f"--port={gcs_port}",
             "--include-dashboard=true",
             "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={env['_TF_DASHBOARD_PORT']}",
+            f"--dashboard-port={dashboard_port}",
             f"--ray-client-server-port={free_port()}",
         ]
     else:
-        cmd += [f"--address={head_address}"]
+        cmd += [f"--address={join}"]
     log = workdir / f"ray-{name}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     return RayNode(proc=proc, temp_dir=temp_dir, log=log)
-
-
-def head_address_port(env: dict) -> int:
-    return int(env["_TF_GCS_PORT"])
 
 
 @pytest.fixture(scope="session")
@@ -243,8 +245,6 @@ def ray_cluster(s3_server, tmp_path_factory) -> RayCluster:
         **os.environ,
         **s3_server.env,
         "RAY_USAGE_STATS_ENABLED": "0",
-        "_TF_GCS_PORT": str(gcs_port),
-        "_TF_DASHBOARD_PORT": str(dashboard_port),
     }
     env.pop("RAY_ADDRESS", None)
     # `ray start` turns token authentication on when ~/.ray/auth_token exists (Ray 2.60); the
@@ -252,7 +252,7 @@ def ray_cluster(s3_server, tmp_path_factory) -> RayCluster:
     previous_auth = os.environ.get("RAY_AUTH_MODE")
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     env["RAY_AUTH_MODE"] = os.environ["RAY_AUTH_MODE"]  # a joining node does not infer it
-    head = _start_node(env, workdir, "head", None)
+    head = _start_node(env, workdir, "head", head_ports=(gcs_port, dashboard_port))
     address = f"127.0.0.1:{gcs_port}"
     cluster = RayCluster(
         address=address,
