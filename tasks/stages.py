@@ -23,15 +23,19 @@ from training.trainer import TrainOutcome, train_final
 def connect_ray(config: PipelineConfig) -> dict[str, float]:
     """Idempotent: a retried task finds Ray already running in this process."""
     resources = cluster.connect(config.ray)
-    cluster.check_can_host(resources, config.train.min_workers, config.train.resources_per_worker)
+    cluster.check_can_host(
+        resources, config.train.min_workers, cluster.worker_resources(config.train)
+    )
+    cluster.check_shared_storage(StorageLayout.from_config(config).root)
     return resources
 
 
 @task(name="inspect-data", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
 def inspect_data(config: PipelineConfig) -> tuple[list[str], str]:
     """Resolve the input files and fingerprint them with the preprocessing config."""
-    files = data.resolve_inputs(config.data)
-    return files, data.fingerprint(config.data, files)
+    endpoint = config.storage.endpoint_url
+    files = data.resolve_inputs(config.data, endpoint, StorageLayout.from_config(config).root)
+    return files, data.fingerprint(config.data, files, endpoint)
 
 
 def _preprocess_cache_key(context, parameters: dict[str, Any]) -> str:
@@ -191,8 +195,9 @@ def _load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict
     from training.evaluate import load_model_state
     from training.storage import filesystem, is_remote
 
-    fs = filesystem(checkpoint_path, config.storage.endpoint_url)[0]
-    checkpoint = Checkpoint(checkpoint_path, filesystem=fs if is_remote(checkpoint_path) else None)
+    fs, path = filesystem(checkpoint_path, config.storage.endpoint_url)
+    remote = is_remote(checkpoint_path)
+    checkpoint = Checkpoint(path if remote else checkpoint_path, filesystem=fs if remote else None)
     with checkpoint.as_directory() as directory:
         return load_model_state(directory)
 
@@ -205,7 +210,11 @@ def evaluate(
     tracker = tracking.configure(config)
     eval_run = tracker.start_child_run(parent_run, "evaluate", stage="evaluate")
     tracker.set_tags(eval_run, {"checkpoint_path": checkpoint_path})
-    result = evaluate_state(_load_checkpoint_state(config, checkpoint_path), manifest)
+    result = evaluate_state(
+        _load_checkpoint_state(config, checkpoint_path),
+        manifest,
+        endpoint_url=config.storage.endpoint_url,
+    )
     tracker.log_metrics(eval_run, result.metrics)
     tracker.log_dict(eval_run, result.per_class, "per_class.json")
     tracker.log_dict(

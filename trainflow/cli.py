@@ -173,11 +173,15 @@ def evaluate(
     try:
         state = _model_state(config, model)
         cluster.connect(config.ray)
-        files = data.resolve_inputs(config.data)
+        endpoint = config.storage.endpoint_url
+        files = data.resolve_inputs(config.data, endpoint)
         manifest = data.preprocess(
-            config, StorageLayout.from_config(config), data.fingerprint(config.data, files), files
+            config,
+            StorageLayout.from_config(config),
+            data.fingerprint(config.data, files, endpoint),
+            files,
         )
-        result = evaluate_state(state, manifest, split)
+        result = evaluate_state(state, manifest, split, endpoint_url=endpoint)
     except TrainflowError as exc:
         _fail(exc)
     finally:

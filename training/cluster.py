@@ -33,6 +33,22 @@ def ray_env() -> dict[str, str]:
     return dict(_RAY_ENV_DEFAULTS)
 
 
+def job_runtime_env(ray_config: RayConfig, address: str | None) -> dict:
+    """The job's runtime_env: our env vars, and our code when ``ray.ship_code`` is on."""
+    env: dict = {"env_vars": ray_env()}
+    if ray_config.ship_code:
+        # Only training/ runs on workers (it never imports prefect): upload it as a module so
+        # nodes need the dependencies but not trainflow itself.
+        import training
+
+        env["py_modules"] = [os.path.dirname(os.path.abspath(training.__file__))]
+    if address and "://" not in address:
+        # Train V2's placement-group cleaner finds the State API from RAY_ADDRESS; unset, it
+        # auto-detects the latest cluster started on that node, which may be another one.
+        env["env_vars"]["RAY_ADDRESS"] = address
+    return env
+
+
 def connect(ray_config: RayConfig) -> dict[str, float]:
     """Start or join Ray once per process (retried Prefect tasks find it running).
 
@@ -45,7 +61,7 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
     if ray.is_initialized():
         return ray.cluster_resources()
     address = ray_config.address or os.environ.get("RAY_ADDRESS")
-    runtime_env = {"env_vars": ray_env()}
+    runtime_env = job_runtime_env(ray_config, address)
     try:
         if address:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
@@ -155,3 +171,38 @@ def shutdown() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+def worker_resources(train) -> dict[str, float]:
+    """What one training worker reserves: ``resources_per_worker`` plus a GPU with use_gpu."""
+    resources = dict(train.resources_per_worker)
+    if train.use_gpu:
+        resources.setdefault("GPU", 1.0)
+    return resources
+
+
+def check_shared_storage(storage_root: str) -> None:
+    """Warn when a multi-node cluster writes checkpoints under a local path.
+
+    Every node must see the storage root (workers upload checkpoints, the driver reads them):
+    s3:// always works; a local path only if it is a shared mount (NFS) on every node.
+    """
+    import ray
+
+    from training.storage import is_remote
+
+    alive = [node for node in ray.nodes() if node.get("Alive")]
+    if len(alive) > 1 and not is_remote(storage_root):
+        log.warning(
+            "storage.root %s is a local path but the Ray cluster has %d nodes: it must be a "
+            "shared mount on every node; set storage.root to s3://bucket/prefix otherwise",
+            storage_root,
+            len(alive),
+        )
+
+
+def is_single_node() -> bool:
+    """True on a one-node Ray (the local instance); a cluster's nodes can come and go."""
+    import ray
+
+    return sum(1 for node in ray.nodes() if node.get("Alive")) <= 1

@@ -122,12 +122,20 @@ class TrainConfig(_Section):
     num_workers: int | tuple[int, int] = Field(
         2, description="DDP workers: an int, or [min, max] for elastic training"
     )
-    use_gpu: bool = Field(False, description="one GPU per worker (use backend nccl)")
+    use_gpu: bool = Field(False, description="one GPU per worker (backend auto -> nccl)")
     resources_per_worker: dict[str, float] = Field(
         default_factory=lambda: {"CPU": 1.0}, description="Ray resources of each worker"
     )
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
-    backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend")
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto", description="torch.distributed backend; auto: nccl with GPUs, else gloo"
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: forward passes under torch.autocast(bfloat16)"
+    )
+    elastic_resize_interval_s: float = Field(
+        60.0, gt=0, description="elastic [min, max]: how often a running group looks for nodes"
+    )
     timeout_s: int = Field(1800, gt=0, description="torch.distributed init/collective timeout")
     max_epochs: int = Field(20, ge=1, description="epochs of the final training")
     batch_size: int = Field(64, ge=1, description="global batch size (split across workers)")
@@ -162,6 +170,12 @@ class TrainConfig(_Section):
         if self.backend == "nccl" and not self.use_gpu:
             raise ValueError("train.backend=nccl needs train.use_gpu=true; use gloo on CPUs")
         return self
+
+    @property
+    def torch_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return "nccl" if self.use_gpu else "gloo"
 
     @property
     def max_workers(self) -> int:
@@ -288,6 +302,11 @@ class RayConfig(_Section):
     )
     num_cpus: int = Field(
         4, ge=1, description="logical CPUs of the local instance (more than cores avoids stalls)"
+    )
+    ship_code: bool = Field(
+        False,
+        description="true: upload training/ to the cluster (runtime_env py_modules); "
+        "false: the nodes have trainflow installed",
     )
 
 

@@ -38,6 +38,7 @@ from training.storage import (
     join,
     read_text,
     trainflow_home,
+    upload_file,
     write_text_atomic,
 )
 
@@ -72,11 +73,21 @@ def _hidden(relative: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative.split("/"))
 
 
-def resolve_inputs(data: DataConfig, endpoint_url: str | None = None) -> list[str]:
-    """The input files of ``data.source``: the bundled digits, one file, or a directory's files."""
+def resolve_inputs(
+    data: DataConfig, endpoint_url: str | None = None, storage_root: str | None = None
+) -> list[str]:
+    """The input files of ``data.source``: the bundled digits, one file, or a directory's files.
+
+    With a remote ``storage_root`` the bundled digits are copied there first: on a cluster, read
+    tasks run on nodes that do not share the driver's disk.
+    """
     source = data.source
     if source == BUILTIN_DIGITS:
-        return [ensure_digits(trainflow_home())]
+        local = ensure_digits(trainflow_home())
+        if storage_root and is_remote(storage_root):
+            target = join(storage_root, "datasets", "digits", os.path.basename(local))
+            return [upload_file(local, target, endpoint_url)]
+        return [local]
     if source.startswith("builtin:"):
         raise DataValidationError(
             f"unknown built-in data set {source!r}; use {BUILTIN_DIGITS} or a parquet/CSV path"

@@ -128,7 +128,9 @@ def _rescaling(data_spec: FeatureSpec, model_spec: FeatureSpec):
     return scale, shift
 
 
-def evaluate_state(state: dict[str, Any], manifest: Manifest, split: str = "test") -> EvalResult:
+def evaluate_state(
+    state: dict[str, Any], manifest: Manifest, split: str = "test", endpoint_url: str | None = None
+) -> EvalResult:
     """Score one split with Ray Data batch inference; metrics from the confusion matrix."""
     from training.data import read_split
 
@@ -138,7 +140,7 @@ def evaluate_state(state: dict[str, Any], manifest: Manifest, split: str = "test
             f"the model knows classes {spec.classes} but the data has {manifest.spec.classes}; "
             "evaluate on data with the same label column and classes"
         )
-    scored = read_split(manifest, split).map_batches(
+    scored = read_split(manifest, split, endpoint_url).map_batches(
         _BatchPredictor,
         fn_constructor_kwargs={"state": state, "data_spec": manifest.spec.to_dict()},
         batch_size=512,

@@ -6,6 +6,7 @@ object hides it: ``TrainContext`` for TorchTrainer workers, ``TuneContext`` for 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -43,19 +44,38 @@ class LoopContext(Protocol):
 
 
 def loop_config(
-    config: PipelineConfig, spec: FeatureSpec, max_epochs: int, every_n_batches: int = 0
+    config: PipelineConfig,
+    spec: FeatureSpec,
+    max_epochs: int,
+    every_n_batches: int = 0,
+    max_workers: int = 1,
 ) -> dict[str, Any]:
     """The plain-data argument every worker/trial receives (picklable, JSON-able).
 
     ``every_n_batches`` > 0 adds mid-epoch checkpoints (final training only: in a sweep every
-    report is one ASHA iteration, so trials report once per epoch).
+    report is one ASHA iteration, so trials report once per epoch). ``max_workers`` sizes the
+    micro-batches that keep the global batch constant when an elastic group shrinks.
     """
     return {
         "pipeline": config.model_dump(mode="json"),
         "spec": spec.to_dict(),
         "max_epochs": max_epochs,
         "every_n_batches": every_n_batches,
+        "max_workers": max_workers,
     }
+
+
+def step_plan(global_batch: int, world_size: int, max_workers: int) -> tuple[int, int]:
+    """(rows per worker per optimizer step, rows per forward pass).
+
+    The global batch is split across the workers there are, so an elastic group that lost
+    workers still steps on ``global_batch`` rows (exactly when the worker count divides it).
+    Each worker accumulates gradients over micro-batches no larger than at full size
+    (``global_batch / max_workers``), so its memory per forward pass does not grow.
+    """
+    per_worker = max(1, global_batch // world_size)
+    micro = max(1, math.ceil(global_batch / max(max_workers, world_size)))
+    return per_worker, min(micro, per_worker)
 
 
 def seed_everything(seed: int) -> None:
@@ -94,6 +114,10 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
         history = list(state["history"])
         # A mid-epoch checkpoint: batches done in epoch ``start_epoch`` and their loss totals.
         start_batch, partial = int(state.get("batch", 0)), state.get("partial_totals")
+        if start_batch and state.get("world_size", ctx.world_size) != ctx.world_size:
+            # An elastic resize changed every rank's shard: a batch position of the old split
+            # means nothing in the new one, so the epoch restarts (its first part seen twice).
+            start_batch, partial = 0, None
         if ctx.rank == 0:  # in the worker's log: a restart or re-run continued, not restarted
             print(
                 f"trainflow: resuming at epoch {start_epoch + 1} of {max_epochs} from a checkpoint"
@@ -101,8 +125,11 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
 
     model = ctx.prepare_model(model)
     # The global batch is split across workers so results do not depend on the worker count.
-    per_worker_batch = max(1, train_cfg.batch_size // ctx.world_size)
+    per_worker_batch, micro_batch = step_plan(
+        train_cfg.batch_size, ctx.world_size, int(settings.get("max_workers", 1))
+    )
     loss_fn = nn.CrossEntropyLoss(reduction="sum")
+    bf16 = train_cfg.precision == "bf16"
 
     every_n = int(settings.get("every_n_batches") or 0)
     worst = -math.inf if train_cfg.checkpoint.score_order == "max" else math.inf
@@ -128,7 +155,7 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
         # a resumed epoch report the same train_loss. The worst score keeps it from ever
         # ranking as "best"; Ray Train still resumes from it as the latest.
         totals = ctx.all_reduce_sum(totals)
-        extra = {"batch": done, "partial_totals": totals.tolist()}
+        extra = {"batch": done, "partial_totals": totals.tolist(), "world_size": ctx.world_size}
         metrics = {"epoch_in_progress": epoch + 1, "batch": done}
         metrics[train_cfg.checkpoint.score_attribute] = worst
         ctx.report(metrics, state_of(epoch, **extra))
@@ -137,7 +164,16 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
         torch.manual_seed(_epoch_seed(train_cfg.seed, epoch, ctx.rank))
         resume = (start_batch, partial) if epoch == start_epoch else (0, None)
         train_loss = _train_epoch(
-            model, optimizer, loss_fn, ctx, epoch, per_worker_batch, *resume, mid_epoch_checkpoint
+            model,
+            optimizer,
+            loss_fn,
+            ctx,
+            epoch,
+            per_worker_batch,
+            micro_batch,
+            bf16,
+            *resume,
+            mid_epoch_checkpoint,
         )
         val_loss, val_accuracy = _validate(model, loss_fn, ctx, per_worker_batch)
         if not math.isfinite(train_loss) or not math.isfinite(val_loss):
@@ -152,6 +188,8 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
             "val_loss": val_loss,
             "val_accuracy": val_accuracy,
             "lr": optimizer.param_groups[0]["lr"],
+            # Elastic groups change size between attempts: the history shows each epoch's.
+            "workers": float(ctx.world_size),
         }
         scheduler.step()
         history.append(metrics)
@@ -175,6 +213,8 @@ def _train_epoch(
     ctx: LoopContext,
     epoch: int,
     batch_size: int,
+    micro: int,
+    bf16: bool,
     start_batch: int = 0,
     partial: list[float] | None = None,
     after_batch=None,
@@ -187,14 +227,34 @@ def _train_epoch(
     batches = ctx.train_batches(epoch, batch_size, start_batch)
     for done, (features, labels) in enumerate(batches, start=start_batch + 1):
         optimizer.zero_grad(set_to_none=True)
-        loss_sum = loss_fn(model(features), labels)
-        (loss_sum / len(labels)).backward()
+        loss_sum = accumulate_gradients(model, loss_fn, features, labels, micro, bf16)
         optimizer.step()
-        totals += torch.tensor([loss_sum.item(), len(labels)], dtype=torch.float64)
+        totals += torch.tensor([loss_sum, len(labels)], dtype=torch.float64)
         if after_batch is not None:
             after_batch(epoch, done, totals)
     totals = ctx.all_reduce_sum(totals)
     return float(totals[0] / max(totals[1].item(), 1.0))
+
+
+def accumulate_gradients(
+    model, loss_fn, features: torch.Tensor, labels: torch.Tensor, micro: int, bf16: bool = False
+) -> float:
+    """Backward over the batch in micro-batches of at most ``micro`` rows; returns the loss sum.
+
+    Each micro-batch's summed loss is divided by the whole batch's rows, so the accumulated
+    gradient equals one pass over the whole batch. DDP all-reduces once, on the last one.
+    """
+    rows, loss_total = len(labels), 0.0
+    for start in range(0, rows, micro):
+        last = start + micro >= rows
+        no_sync = getattr(model, "no_sync", None)
+        with contextlib.nullcontext() if last or no_sync is None else no_sync():
+            with torch.autocast(features.device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(features[start : start + micro])
+            loss = loss_fn(logits.float(), labels[start : start + micro])
+            (loss / rows).backward()
+        loss_total += loss.item()
+    return loss_total
 
 
 @torch.no_grad()
@@ -259,11 +319,13 @@ class _RayReporting:
 class TrainContext(_RayReporting):
     """Inside a Ray Train worker: Ray Data shards, DDP, ``ray.train.report``."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, pin_memory: bool = False) -> None:
         import ray.train
 
         self._api = ray.train
         self._seed = seed
+        # Page-locked host batches make the copy to the GPU asynchronous (use_gpu only).
+        self._pin_memory = pin_memory
         context = ray.train.get_context()
         self.world_size = context.get_world_size()
         self.rank = context.get_world_rank()
@@ -277,6 +339,7 @@ class TrainContext(_RayReporting):
         for batch in self._shards[split].iter_torch_batches(
             batch_size=batch_size,
             dtypes={FEATURES: torch.float32, LABEL: torch.int64, SAMPLE_ID: torch.int64},
+            pin_memory=self._pin_memory,
             **(shuffle if seed is not None else {}),
         ):
             yield batch[FEATURES], batch[LABEL]
@@ -297,9 +360,12 @@ class TrainContext(_RayReporting):
 
     def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
-            values = values.clone()
+            import ray.train.torch
+
+            # nccl reduces only device tensors; gloo takes CPU ones (get_device() is the CPU).
+            values = values.to(ray.train.torch.get_device())
             torch.distributed.all_reduce(values)
-        return values
+        return values.cpu()
 
 
 class TuneContext(_RayReporting):
@@ -336,4 +402,5 @@ class TuneContext(_RayReporting):
 
 def train_worker(settings: dict[str, Any]) -> list[dict[str, float]]:
     """``train_loop_per_worker`` of the TorchTrainer."""
-    return run_loop(settings, TrainContext(seed=settings["pipeline"]["train"]["seed"]))
+    train = settings["pipeline"]["train"]
+    return run_loop(settings, TrainContext(seed=train["seed"], pin_memory=train["use_gpu"]))

@@ -86,6 +86,12 @@ class StorageLayout:
     def fs(self) -> tuple[pafs.FileSystem, str]:
         return filesystem(self.root, self.endpoint_url)
 
+    def uri_of(self, ray_path: str) -> str:
+        """A path Ray reports inside ``ray_storage``'s filesystem (``bucket/key``), as a URI."""
+        if is_remote(self.root) and not is_remote(ray_path):
+            return f"s3://{ray_path}"
+        return ray_path
+
     def ray_storage(self, run_id: str) -> tuple[str, pafs.FileSystem | None]:
         """(storage_path, storage_filesystem) for Ray Train/Tune RunConfig."""
         uri = self.runs_dir(run_id)
@@ -107,6 +113,14 @@ def exists(uri: str, endpoint_url: str | None = None) -> bool:
         raise error(
             f"cannot reach {uri}{where}: {exc}; check the path or storage.endpoint_url"
         ) from None
+
+
+def upload_file(local_path: str, uri: str, endpoint_url: str | None = None) -> str:
+    """Copy a local file to ``uri`` unless it is there already; returns ``uri``."""
+    fs, path = filesystem(uri, endpoint_url)
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        pafs.copy_files(local_path, path, destination_filesystem=fs)
+    return uri
 
 
 def read_text(uri: str, endpoint_url: str | None = None) -> str:

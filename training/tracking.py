@@ -260,6 +260,9 @@ def configure(config: PipelineConfig, create: bool = True) -> Tracker:
     for key, value in HTTP_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     uri = resolve_tracking_uri(config.mlflow)
+    if config.storage.endpoint_url:
+        # MLflow's S3 artifact store (boto3) reads its endpoint from here; not a credential.
+        os.environ.setdefault("MLFLOW_S3_ENDPOINT_URL", config.storage.endpoint_url)
     if _is_http(uri):
         check_reachable(uri)
     db = _sqlite_path(uri)
@@ -283,7 +286,7 @@ def configure(config: PipelineConfig, create: bool = True) -> Tracker:
     if experiment is None:
         try:
             experiment_id = client.create_experiment(
-                name, artifact_location=_artifact_location(uri, name)
+                name, artifact_location=_artifact_location(uri, name, config.storage.root)
             )
         except MlflowException as exc:  # created meanwhile by another process
             experiment = client.get_experiment_by_name(name)
@@ -301,12 +304,14 @@ def configure(config: PipelineConfig, create: bool = True) -> Tracker:
     return Tracker(client, uri, experiment_id, config)
 
 
-def _artifact_location(uri: str, experiment: str) -> str | None:
+def _artifact_location(uri: str, experiment: str, storage_root: str | None = None) -> str | None:
     """Local sqlite stores keep artifacts beside the database (MLflow's default is ./mlruns of the
-    current directory); servers use their own default."""
+    current directory), or under an s3:// storage root; servers use their own default."""
+    db = _sqlite_path(uri)
+    if db is not None and storage_root and storage_root.startswith("s3://"):
+        return f"{storage_root.rstrip('/')}/mlartifacts/{experiment}"
     if uri == default_tracking_uri():
         return f"{default_artifact_root()}/{experiment}"
-    db = _sqlite_path(uri)
     if db is not None:
         return f"{(db.parent / 'mlartifacts').as_uri()}/{experiment}"
     return None

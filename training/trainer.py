@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from training import cluster
 from training.config import PipelineConfig
 from training.errors import StorageError, TrainflowError, WorkerFailedError
 from training.loop import loop_config, train_worker
@@ -20,15 +21,18 @@ log = logging.getLogger(__name__)
 MATERIALIZE_BELOW_BYTES = 256 * 1024**2
 
 
-def training_datasets(manifest: Manifest) -> dict:
-    """The train/val Ray Datasets, cached in the object store when small."""
+def training_datasets(
+    manifest: Manifest, endpoint_url: str | None = None, materialize: bool = True
+) -> dict:
+    """The train/val Ray Datasets, cached in the object store when small and ``materialize``."""
     from training.data import read_split
 
     datasets = {}
     for split in ("train", "val"):
-        dataset = read_split(manifest, split)
+        dataset = read_split(manifest, split, endpoint_url)
         size = manifest.rows[split] * manifest.spec.num_features * 4
-        datasets[split] = dataset.materialize() if size < MATERIALIZE_BELOW_BYTES else dataset
+        small = materialize and size < MATERIALIZE_BELOW_BYTES
+        datasets[split] = dataset.materialize() if small else dataset
     return datasets
 
 
@@ -64,6 +68,9 @@ def build_trainer(
 
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
+    # (min, max): Train V2's elastic policy starts with what fits and resizes within the bounds.
+    workers = workers if isinstance(workers, int) else (int(workers[0]), int(workers[1]))
+    max_workers = workers if isinstance(workers, int) else workers[1]
     # preserve_order makes the split across workers a function of the data alone, so a
     # mid-epoch resume can skip exactly the batches it already trained on.
     ingest = ray.train.DataConfig.default_ingest_options()
@@ -71,7 +78,11 @@ def build_trainer(
     return TorchTrainer(
         train_fn,
         train_loop_config=loop_config(
-            config, manifest.spec, max_epochs or train.max_epochs, every_n_batches
+            config,
+            manifest.spec,
+            max_epochs or train.max_epochs,
+            every_n_batches=every_n_batches,
+            max_workers=max_workers,
         ),
         dataset_config=ray.train.DataConfig(execution_options=ingest),
         scaling_config=ray.train.ScalingConfig(
@@ -79,9 +90,15 @@ def build_trainer(
             use_gpu=train.use_gpu,
             resources_per_worker=dict(train.resources_per_worker),
             placement_strategy=train.placement_strategy,
+            elastic_resize_monitor_interval_s=train.elastic_resize_interval_s,
         ),
-        torch_config=TorchConfig(backend=train.backend, timeout_s=train.timeout_s),
-        datasets=training_datasets(manifest),
+        torch_config=TorchConfig(backend=train.torch_backend, timeout_s=train.timeout_s),
+        # On several nodes the cached blocks may sit on a node that dies; Train's dataset
+        # manager only borrows them, so Ray cannot rebuild them and every restart fails
+        # (OBJECT_UNRECONSTRUCTABLE_BORROWED). Streaming from storage survives node loss.
+        datasets=training_datasets(
+            manifest, config.storage.endpoint_url, materialize=cluster.is_single_node()
+        ),
         run_config=ray.train.RunConfig(
             # A deterministic name under the run's storage: a re-run with the same run id resumes.
             name=name,
@@ -130,10 +147,10 @@ def train_final(
     best_metrics = next((m for c, m in result.best_checkpoints or [] if c.path == best.path), {})
     history = result.return_value or []
     return TrainOutcome(
-        checkpoint_path=best.path,
+        checkpoint_path=layout.uri_of(best.path),
         checkpoint_metrics=dict(best_metrics),
         history=list(history),
-        run_path=result.path,
+        run_path=layout.uri_of(result.path),
     )
 
 

@@ -1,5 +1,5 @@
 """Issue 5 case 13: the local Ray instance's dashboard (its HTTP and State API) listens on
-127.0.0.1 only. The servers of `trainflow up` are checked in tests/e2e/test_stack.py."""
+127.0.0.1 only. The servers of `trainflow up` are checked in tests/e2e/test_local_stack.py."""
 
 from __future__ import annotations
 
