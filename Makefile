@@ -16,8 +16,10 @@ setup: $(STAMP)
 run: setup
 	$(BIN)/trainflow run
 
+# Two pytest workers, one test module each at a time (module fixtures stay whole): most of the
+# suite waits on servers and Ray start-up, so two share the 2 cores well.
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -156,6 +156,13 @@ def _same_process(pid: int, create_time: float) -> bool:
         return False
 
 
+def _pid_reused(part: Part) -> bool:
+    """The recorded PID now names a younger, unrelated process (a zombie leader is still ours:
+    its group's children may live on)."""
+    started = _process_start_time(part.pid)
+    return started is not None and abs(started - part.create_time) >= 1.0
+
+
 def group_members(part: Part) -> list[int]:
     """PIDs of live processes in the part's process group.
 
@@ -164,7 +171,7 @@ def group_members(part: Part) -> list[int]:
     (our group died out and the number was reused), nothing is ours."""
     import psutil
 
-    if _process_start_time(part.pid) is not None and not _same_process(part.pid, part.create_time):
+    if _pid_reused(part):
         return []
     members = []
     for proc in psutil.process_iter(["pid", "create_time"]):

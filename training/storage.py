@@ -9,6 +9,7 @@ Layout under the storage root::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import uuid
@@ -101,10 +102,11 @@ class StorageLayout:
         return path, fs
 
 
-def exists(uri: str, endpoint_url: str | None = None) -> bool:
-    fs, path = filesystem(uri, endpoint_url)
+@contextlib.contextmanager
+def _reaching(uri: str, endpoint_url: str | None):
+    """Turn a filesystem's OSError into our error naming the store and the fix."""
     try:
-        return fs.get_file_info(path).type != pafs.FileType.NotFound
+        yield
     except OSError as exc:
         # A remote store that does not answer may come back: let the task retry it.
         error = ServiceUnreachableError if is_remote(uri) else StorageError
@@ -115,11 +117,18 @@ def exists(uri: str, endpoint_url: str | None = None) -> bool:
         ) from None
 
 
+def exists(uri: str, endpoint_url: str | None = None) -> bool:
+    fs, path = filesystem(uri, endpoint_url)
+    with _reaching(uri, endpoint_url):
+        return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
 def upload_file(local_path: str, uri: str, endpoint_url: str | None = None) -> str:
     """Copy a local file to ``uri`` unless it is there already; returns ``uri``."""
     fs, path = filesystem(uri, endpoint_url)
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
-        pafs.copy_files(local_path, path, destination_filesystem=fs)
+    with _reaching(uri, endpoint_url):
+        if fs.get_file_info(path).type == pafs.FileType.NotFound:
+            pafs.copy_files(local_path, path, destination_filesystem=fs)
     return uri
 
 
