@@ -1,6 +1,6 @@
 """Our glue around the local stack, without servers: port conflicts, `up` twice, `down` touching
 only what was recorded, the CLI picking up the stack's URLs, and the messages for unreachable
-services (issue 3; issue 5 case 9). The real servers are exercised in tests/e2e/test_local_stack.py."""
+services (issue 3; issue 5 case 9). The real servers: tests/e2e/test_local_stack.py."""
 
 from __future__ import annotations
 
