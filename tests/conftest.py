@@ -24,6 +24,20 @@ def trainflow_home(tmp_path_factory) -> Path:
         os.environ["TRAINFLOW_HOME"] = old
 
 
+@pytest.fixture(autouse=True)
+def isolated_environment():
+    """Whatever a test exports stays in that test.
+
+    MLflow's set_tracking_uri/set_registry_uri and our S3 endpoint default write os.environ; left
+    behind, they reach the servers and pipelines a later test starts in the same process (with
+    two pytest workers, any test may come later).
+    """
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)
+
+
 @pytest.fixture(scope="session")
 def ray_local():
     """One local Ray instance shared by the integration tests (4 logical CPUs on 2 cores)."""

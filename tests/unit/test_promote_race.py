@@ -78,7 +78,8 @@ def _race(uri: str, name: str, entrants: list[tuple[str, float]], tmp: Path) -> 
     ]
     deadline = time.monotonic() + 120
     while not all(flag.exists() for flag in ready) and time.monotonic() < deadline:
-        assert all(proc.poll() is None for proc in procs), "a racer died before the start"
+        dead = [proc for proc in procs if proc.poll() is not None]
+        assert not dead, f"a racer died before the start: {dead[0].communicate()[1][-3000:]}"
         time.sleep(0.05)
     go.touch()  # both imported mlflow and connected: start together
     results = []
