@@ -248,6 +248,32 @@ def check_reachable(uri: str, timeout: float = HEALTH_TIMEOUT_S) -> None:
     )
 
 
+@contextlib.contextmanager
+def _global_uris(uri: str):
+    """Point MLflow's process-wide tracking and registry URIs at ``uri`` for a block.
+
+    MLflow also exports them as MLFLOW_TRACKING_URI / MLFLOW_REGISTRY_URI; left behind, every
+    process started later (a server, a worker, another pipeline) would inherit our store.
+    """
+    import mlflow
+    from mlflow.tracking._model_registry import utils as registry_utils
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    saved_env = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    saved = (tracking_utils._tracking_uri, registry_utils._registry_uri)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        yield
+    finally:
+        tracking_utils._tracking_uri, registry_utils._registry_uri = saved
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def configure(config: PipelineConfig, create: bool = True) -> Tracker:
     """Connect to the tracking store and get or create the experiment.
 
@@ -725,10 +751,9 @@ class Tracker:
         signature = infer_signature(example, output)
 
         was_running = self.client.get_run(run_id).info.status == "RUNNING"
-        mlflow.set_tracking_uri(self.tracking_uri)  # the fluent API reads the global URI
-        mlflow.set_registry_uri(self.tracking_uri)
         try:
-            with mlflow.start_run(run_id=run_id):
+            # The fluent API reads the process-wide URIs.
+            with _global_uris(self.tracking_uri), mlflow.start_run(run_id=run_id):
                 info = mlflow.pytorch.log_model(
                     model,
                     name="model",
@@ -743,9 +768,10 @@ class Tracker:
             if was_running:  # leaving the `with` ended the run; ending it is the caller's job
                 self.client.update_run(run_id, status="RUNNING")
 
-        version = mlflow.register_model(
-            info.model_uri, name, tags=self._tag_values(tags or {}) or None
-        )
+        with _global_uris(self.tracking_uri):
+            version = mlflow.register_model(
+                info.model_uri, name, tags=self._tag_values(tags or {}) or None
+            )
         self.client.update_model_version(name, version.version, description=description)
         return {
             "name": name,
@@ -909,15 +935,14 @@ class Tracker:
         from mlflow.models import Model
 
         # models:/ URIs resolve through the process-wide registry URI, whatever is passed below.
-        mlflow.set_tracking_uri(self.tracking_uri)
-        mlflow.set_registry_uri(self.tracking_uri)
         try:
-            local = mlflow.artifacts.download_artifacts(
-                artifact_uri=model_uri,
-                dst_path=dst_path,
-                tracking_uri=self.tracking_uri,
-                registry_uri=self.tracking_uri,
-            )
+            with _global_uris(self.tracking_uri):
+                local = mlflow.artifacts.download_artifacts(
+                    artifact_uri=model_uri,
+                    dst_path=dst_path,
+                    tracking_uri=self.tracking_uri,
+                    registry_uri=self.tracking_uri,
+                )
             flavor = Model.load(local).flavors.get("pytorch", {})
         except (MlflowException, OSError) as exc:
             reason = (redact(str(exc)).strip().splitlines() or [type(exc).__name__])[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
@@ -407,6 +408,9 @@ def test_log_and_register_model(registered):
         assert state["classes"] == [0, 1, 2]
         expected = registered["model"].state_dict()
         assert all(torch.equal(state["model"][k], expected[k]) for k in expected)
+    # MLflow exports the URIs it is given; processes started later must not inherit our store.
+    assert "MLFLOW_REGISTRY_URI" not in os.environ
+    assert "MLFLOW_TRACKING_URI" not in os.environ
 
 
 def test_register_again_from_same_run_reuses_version(registered, home):
