@@ -9,12 +9,16 @@ Deploying again updates the deployments in place (same names, same schedule slug
 from __future__ import annotations
 
 import datetime
+import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from training.errors import ConfigError, ServiceUnreachableError, TrainflowError
+
+log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENTRYPOINT = "flows/pipeline.py:pipeline"
@@ -134,6 +138,7 @@ def schedule_next_runs(api_url: str, deployment_id: str) -> None:
     """Have the server create the next scheduled runs now, as its scheduler loop would within a
     minute, so that `trainflow status` shows them right after a deploy."""
     import json
+    import urllib.error
     import urllib.request
 
     request = urllib.request.Request(
@@ -141,8 +146,24 @@ def schedule_next_runs(api_url: str, deployment_id: str) -> None:
         data=json.dumps({}).encode(),
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=30):
-        pass
+    # A busy server on sqlite answers 503 while its database is locked; it is worth a few
+    # tries, and not worth failing a deploy for: the scheduler loop creates the runs anyway.
+    for delay in (1, 2, 4, 8, None):
+        try:
+            with urllib.request.urlopen(request, timeout=30):
+                return
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500 or delay is None:
+                break
+        except (urllib.error.URLError, TimeoutError):
+            if delay is None:
+                break
+        time.sleep(delay)
+    log.warning(
+        "the Prefect server did not schedule the next runs of deployment %s now; its scheduler "
+        "will within a minute",
+        deployment_id,
+    )
 
 
 def trigger(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
