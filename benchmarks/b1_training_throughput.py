@@ -75,9 +75,9 @@ def _timed_worker(settings: dict[str, Any], threads: int) -> dict[str, Any]:
     marks: dict[str, Any] = {"epoch_end": [], "rows": [], "first_batch": None}
 
     class TimedContext(TrainContext):
-        def train_batches(self, epoch, batch_size):
+        def train_batches(self, epoch, batch_size, start=0):
             rows = 0
-            for features, labels in super().train_batches(epoch, batch_size):
+            for features, labels in super().train_batches(epoch, batch_size, start):
                 if marks["first_batch"] is None:
                     marks["first_batch"] = time.time()
                 rows += len(labels)
@@ -88,7 +88,7 @@ def _timed_worker(settings: dict[str, Any], threads: int) -> dict[str, Any]:
             marks["epoch_end"].append(time.time())  # train + validation done, before the report
             super().report(metrics, state)
 
-    ctx = TimedContext(seed=settings["pipeline"]["train"]["seed"])
+    ctx = TimedContext.from_settings(settings)
     history = run_loop(settings, ctx)
     return {
         **marks,

@@ -70,7 +70,7 @@ def _crash_once_worker(settings: dict[str, Any], marker: str, crash_after: int) 
                 open(marker, "w").close()
                 os._exit(1)
 
-    return run_loop(settings, CrashingContext(seed=settings["pipeline"]["train"]["seed"]))
+    return run_loop(settings, CrashingContext.from_settings(settings))
 
 
 def _worker_arms(ctx: Context, epochs: int):

@@ -137,6 +137,12 @@ class TrainConfig(_Section):
         60.0, gt=0, description="elastic [min, max]: how often a running group looks for nodes"
     )
     timeout_s: int = Field(1800, gt=0, description="torch.distributed init/collective timeout")
+    shard_cache_mb: int = Field(
+        512,
+        ge=0,
+        description="a worker keeps its data shard in memory (on its GPU with use_gpu) when it "
+        "fits in this many MiB, read once through Ray Data; 0 = stream every epoch",
+    )
     max_epochs: int = Field(20, ge=1, description="epochs of the final training")
     batch_size: int = Field(64, ge=1, description="global batch size (split across workers)")
     lr: float = Field(3e-3, gt=0, description="AdamW learning rate")

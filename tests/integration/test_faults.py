@@ -34,7 +34,7 @@ from training import data
 from training.config import load_config
 from training.errors import StorageError, WorkerFailedError
 from training.loop import TrainContext, load_state, run_loop
-from training.manifest import FEATURES, LABEL, SAMPLE_ID
+from training.manifest import SAMPLE_ID
 from training.storage import StorageLayout
 from training.trainer import train_final
 
@@ -72,18 +72,9 @@ def _faulty_worker(settings):
 
     class FaultyContext(TrainContext):
         def _batches(self, split, batch_size, seed):
-            for features, labels, ids in self._batches_with_ids(split, batch_size, seed):
-                self.last_ids = ids
-                yield features, labels
-
-        def _batches_with_ids(self, split, batch_size, seed):
-            shuffle = {"local_shuffle_buffer_size": 4 * batch_size, "local_shuffle_seed": seed}
-            for batch in self._shards[split].iter_torch_batches(
-                batch_size=batch_size,
-                dtypes={FEATURES: torch.float32, LABEL: torch.int64, SAMPLE_ID: torch.int64},
-                **(shuffle if seed is not None else {}),
-            ):
-                yield batch[FEATURES], batch[LABEL], batch[SAMPLE_ID].tolist()
+            for batch in super()._batches(split, batch_size, seed):
+                self.last_ids = batch[SAMPLE_ID].tolist()
+                yield batch
 
         def train_batches(self, epoch, batch_size, start=0):
             log = where / f"seen-rank{self.rank}.jsonl"
@@ -100,7 +91,7 @@ def _faulty_worker(settings):
                     handle.write(json.dumps({**record, "ids": self.last_ids}) + "\n")
                 yield batch
 
-    return run_loop(settings, FaultyContext(seed=settings["pipeline"]["train"]["seed"]))
+    return run_loop(settings, FaultyContext.from_settings(settings))
 
 
 def _fire(fault, fired: Path) -> None:
