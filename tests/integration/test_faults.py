@@ -258,7 +258,12 @@ def test_sigkilled_worker_without_restarts_fails_fast(manifest, layout, tmp_path
 def test_exception_in_one_rank_is_recovered(manifest, layout, tmp_path, monkeypatch):
     fault_dir = _inject(monkeypatch, tmp_path, kind="raise", rank=1, epoch=2, batch=3)
     outcome = train_final(
-        _config("train.max_failures=1"), manifest, "raise-once", layout, train_fn=_faulty_worker
+        # Streamed every epoch (no shard cache): the other cases resume over the in-memory shard.
+        _config("train.max_failures=1", "train.shard_cache_mb=0"),
+        manifest,
+        "raise-once",
+        layout,
+        train_fn=_faulty_worker,
     )
     assert (fault_dir / "fired").exists()
     assert [row["epoch"] for row in outcome.history] == [1, 2]

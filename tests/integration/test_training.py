@@ -90,7 +90,8 @@ def test_trials_with_two_workers_each_drive_a_torch_trainer(manifest, layout):
             "sweep.num_samples=2",
             "sweep.max_concurrent_trials=1",
             "sweep.asha.max_t=2",
-            "sweep.asha.grace_period=1",
+            # grace = max_t: no rung to stop at, so both trials must run every epoch.
+            "sweep.asha.grace_period=2",
         ],
     )
     outcome = run_sweep(config, manifest, "sweep-ddp", layout)

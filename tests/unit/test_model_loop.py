@@ -266,3 +266,27 @@ def test_metrics_from_confusion_matrix():
     assert b["precision"] == pytest.approx(9 / 11) and b["recall"] == pytest.approx(0.9)
     f1 = [2 * p * r / (p + r) for p, r in ((8 / 9, 0.8), (9 / 11, 0.9))]
     assert result.metrics["test_macro_f1"] == pytest.approx(sum(f1) / 2)
+
+
+def test_shard_cache_concatenates_batches_in_order_under_the_limit():
+    from training.loop import _collect
+
+    batches = [{"x": torch.arange(4.0) + 4 * i, "y": torch.tensor([i, i])} for i in range(3)]
+    cached = _collect(iter(batches), max_bytes=1024)
+    assert cached["x"].tolist() == list(range(12))
+    assert cached["y"].tolist() == [0, 0, 1, 1, 2, 2]
+
+
+def test_shard_cache_gives_up_as_soon_as_the_shard_outgrows_the_limit():
+    from training.loop import _collect
+
+    read = []
+
+    def batches():
+        for i in range(10):
+            read.append(i)
+            yield {"x": torch.zeros(8)}  # 32 bytes each
+
+    assert _collect(batches(), max_bytes=64) is None
+    assert read == [0, 1, 2]  # stopped at the third batch, never read the rest
+    assert _collect(iter([]), max_bytes=64) is None
