@@ -9,6 +9,8 @@ between scales; the RSS above the idle baseline taken just before each run is re
 
 from __future__ import annotations
 
+import gc
+import time
 from typing import Any
 
 from benchmarks import harness as h
@@ -40,8 +42,25 @@ FIGURES = [
 ]
 
 
+def _settle_store(gauge, timeout_s: float = 15.0) -> float | None:
+    """Wait until the object store has released the previous run's blocks (or ``timeout_s``).
+
+    Ray frees an object once the last reference is gone, which for blocks held by Ray Data's
+    reference cycles means after a garbage collection: without this, the previous (larger)
+    scale's blocks were still counted in the next run's peak.
+    """
+    deadline = time.monotonic() + timeout_s
+    used = gauge()
+    while used is not None and used > 1 * MIB and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.2)
+        used = gauge()
+    return used
+
+
 def _arm(ctx: Context, config, gauge, interval: float):
     def run(rep: int) -> dict[str, Any]:
+        store_at_start = _settle_store(gauge)
         idle = h.PeakSampler(interval=interval, extra=gauge)
         idle.sample()
         baseline_rss, baseline_store = idle.peak_rss, idle.peak_extra or 0.0
@@ -55,6 +74,7 @@ def _arm(ctx: Context, config, gauge, interval: float):
             "rss_above_idle_mib": (sampler.peak_rss - baseline_rss) / MIB,
             "peak_store_mib": (sampler.peak_extra or 0.0) / MIB,
             "baseline_store_mib": baseline_store / MIB,
+            "store_at_start_mib": None if store_at_start is None else store_at_start / MIB,
             "peak_processes": sampler.peak_procs,
             "samples_taken": len(sampler.series),
             "series_mib": [
@@ -154,6 +174,8 @@ def run(ctx: Context) -> h.Outcome:
         notes=[
             "RSS sums count shared pages (object-store shared memory, shared libraries) once per "
             "process that maps them: an over-estimate of unique memory, comparable between runs",
-            "object store: raylet store stats (object_store_bytes_used), sampled with the RSS",
+            "object store: raylet store stats (object_store_bytes_used), sampled with the RSS; "
+            "each run starts once the store has released the previous run's blocks (<= 1 MiB "
+            "left, or 15 s)",
         ],
     )

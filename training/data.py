@@ -55,6 +55,10 @@ MAX_CLASSES = 1000
 _SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 # Rows per map_batches call: bounds worker memory for wide images.
 _BATCH_ROWS = 4096
+# Inputs smaller than this (bytes on disk) are read once into the object store and both passes
+# (summary, then transform + write) run over it. Each Ray Data execution of a parquet read
+# starts and kills its own footer-reading actor and re-reads the files; larger inputs stream.
+CACHE_INPUT_BELOW_BYTES = 64 * 1024**2
 _FIX_FILE = "re-export it or remove it from the input directory"
 _FOOTER_ACTORS = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
 _env_lock = threading.Lock()
@@ -497,6 +501,13 @@ def _read_parquet(paths: list[str], fs, columns: list[str] | None) -> ray.data.D
     return ds.select_columns(columns) if columns else ds
 
 
+def _input_bytes(files: list[str], endpoint_url: str | None) -> int:
+    """Bytes of the input files as stored (one listing call per file system)."""
+    fs, _ = filesystem(files[0], endpoint_url)
+    infos = fs.get_file_info([filesystem(f, endpoint_url)[1] for f in files])
+    return sum(info.size or 0 for info in infos)
+
+
 def _read(files: list[str], plan: _Plan, endpoint_url: str | None) -> ray.data.Dataset:
     import ray.data
 
@@ -753,6 +764,9 @@ def preprocess(
         raise DataValidationError(f"no input files for {data.source!r}; check data.source")
     plan = _check_schema(data, files, input_format(data, files), in_endpoint)
     ds = _read(files, plan, in_endpoint)
+    if _input_bytes(files, in_endpoint) < CACHE_INPUT_BELOW_BYTES:
+        with _naming_bad_files(files, plan, in_endpoint):
+            ds = ds.materialize()
 
     stats = _Stats()
     summaries = ds.map_batches(
