@@ -59,6 +59,13 @@ FIGURES = [
     h.FigureSpec(ID, "prefect_start_s", "Prefect temporary server + flow-run start", "—", "—"),
     h.FigureSpec(
         ID,
+        "overhead_pct_stack",
+        "same run against a running `trainflow up` stack, overhead %",
+        "— (reported)",
+        _ANCHOR,
+    ),
+    h.FigureSpec(
+        ID,
         "non_library_pct",
         "wall time outside the ML library calls, %",
         "—",
@@ -317,6 +324,45 @@ def recovery_arm(ctx: Context):
     return run
 
 
+def _trainflow(home: Path, *args: str, timeout_s: float = 300) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainflow", *args],
+        cwd=home,
+        env=_clean_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"trainflow {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
+
+
+@contextlib.contextmanager
+def running_stack(ctx: Context):
+    """``trainflow up`` in a home of its own, on free ports; ``trainflow down`` after."""
+    from training.cluster import free_port
+
+    home = ctx.scratch("flow-stack")
+    _trainflow(home, "up", "--prefect-port", str(free_port()), "--mlflow-port", str(free_port()))
+    try:
+        yield home
+    finally:
+        _trainflow(home, "down")
+
+
+def stack_arm(ctx: Context, home: Path):
+    """The same default run against a running stack (a Prefect API and an MLflow server already
+    up, as scheduled runs find them). A fresh storage root per run: nothing is cached."""
+    args = flow_args(ctx)
+
+    def run(rep: int) -> dict[str, Any]:
+        storage = ctx.scratch(f"flow-stack-storage-{rep}")
+        flow = run_flow(home, f"bench-stack-{rep}", [*args, "--set", f"storage.root={storage}"])
+        return analyse(flow)
+
+    return run
+
+
 def clean_arm(ctx: Context):
     args = flow_args(ctx)
 
@@ -328,10 +374,11 @@ def clean_arm(ctx: Context):
 
 
 def flow_samples(ctx: Context, reps: int, with_recovery: bool) -> dict[str, list]:
-    arms = {"clean": clean_arm(ctx)}
-    if with_recovery:
-        arms["killed_resumed"] = recovery_arm(ctx)
-    return h.run_alternating(arms, reps, label="flows")
+    with running_stack(ctx) as stack_home:
+        arms = {"clean": clean_arm(ctx), "stack": stack_arm(ctx, stack_home)}
+        if with_recovery:
+            arms["killed_resumed"] = recovery_arm(ctx)
+        return h.run_alternating(arms, reps, label="flows")
 
 
 def run(ctx: Context) -> h.Outcome:
@@ -359,6 +406,26 @@ def run(ctx: Context) -> h.Outcome:
             anchor=_ANCHOR,
         ),
         h.Figure("wall_s", "default `trainflow run` wall time", "s", h.pluck(clean, "wall_s")),
+        h.Figure(
+            "overhead_pct_stack",
+            "same run against a running `trainflow up` stack, overhead %",
+            "%",
+            h.pluck(samples["stack"], "overhead_pct"),
+            anchor=_ANCHOR,
+        ),
+        h.Figure(
+            "overhead_s_stack",
+            "same run against a running stack, overhead seconds",
+            "s",
+            h.pluck(samples["stack"], "overhead_s"),
+            anchor=_ANCHOR,
+        ),
+        h.Figure(
+            "wall_s_stack",
+            "same run against a running stack, wall time",
+            "s",
+            h.pluck(samples["stack"], "wall_s"),
+        ),
         h.Figure(
             "prefect_start_s",
             "Prefect temporary server + flow-run start",
@@ -397,7 +464,7 @@ def run(ctx: Context) -> h.Outcome:
         )
     return h.Outcome(
         figures=figures,
-        samples={"clean": clean},
+        samples={"clean": clean, "stack": samples["stack"]},
         params={
             "trainflow_args": flow_args(ctx) or "(none: the default configuration)",
             "reps": reps,
@@ -407,8 +474,14 @@ def run(ctx: Context) -> h.Outcome:
         notes=[
             "overhead = process wall time - time inside the stage tasks' bodies; a stage body "
             "includes its MLflow logging and, for preprocess, the Ray start",
-            "each run uses a fresh trainflow home: the Prefect and MLflow databases are created "
-            "in the run, as in a first `make run`",
+            "each clean run uses a fresh trainflow home: the Prefect and MLflow databases are "
+            "created in the run, as in a first `make run`",
+            "stack runs: one `trainflow up` (Prefect server + worker, MLflow server on free "
+            "loopback ports) serves all of them, each with a fresh storage root; the stack's "
+            "start is not counted",
         ],
-        extra={"stage_table": stage_table(clean)},
+        extra={
+            "stage_table": stage_table(clean),
+            "stage_table_stack": stage_table(samples["stack"]),
+        },
     )

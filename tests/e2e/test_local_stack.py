@@ -9,29 +9,19 @@ process `up` started listens on 127.0.0.1 only).
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from cli_runner import free_port, run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-TRAINFLOW = [sys.executable, "-m", "trainflow"]
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 RUN_TIMEOUT_S = 480  # the smoke pipeline takes ~90 s on 2 cores; generous under CI load
 FAIL_FAST_S = 60  # issue 5 case 9: an unreachable service fails a run within a minute
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def closed_port() -> int:
@@ -39,25 +29,8 @@ def closed_port() -> int:
     return free_port()
 
 
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {**os.environ, "TRAINFLOW_HOME": str(home)}
-    for key in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "RAY_ADDRESS", "PREFECT_HOME"):
-        env.pop(key, None)
-    env.update(extra)
-    return env
-
-
 def trainflow(home: Path, *args: str, timeout: int = 300, **env: str):
-    workdir = home / "cwd"
-    workdir.mkdir(exist_ok=True)
-    return subprocess.run(
-        [*TRAINFLOW, *args],
-        cwd=workdir,
-        env=_env(home, **env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(home, *args, timeout=timeout, **env)
 
 
 def _get(url: str):

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cli_runner import free_port, run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -49,30 +49,8 @@ UI_TIMEOUT_MS = 60_000  # the UI's first load compiles a large bundle on a busy 
 MODEL = "digits-smoke"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _env(home: Path, tracking_uri: str) -> dict[str, str]:
-    env = {**os.environ, "TRAINFLOW_HOME": str(home), "MLFLOW_TRACKING_URI": tracking_uri}
-    for key in ("PREFECT_API_URL", "RAY_ADDRESS", "PREFECT_HOME"):
-        env.pop(key, None)
-    return env
-
-
 def _trainflow(home: Path, uri: str, *args: str, timeout: int = 600):
-    workdir = home / "cwd"
-    workdir.mkdir(exist_ok=True)
-    return subprocess.run(
-        [sys.executable, "-m", "trainflow", *args],
-        cwd=workdir,
-        env=_env(home, uri),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(home, *args, timeout=timeout, MLFLOW_TRACKING_URI=uri)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +61,7 @@ def home(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(home):
     """`mlflow server` on a free loopback port (sqlite + local artifacts in the home)."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = (home / "mlflow-server.log").open("w")
     proc = subprocess.Popen(

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-TRAINFLOW = [sys.executable, "-m", "trainflow"]
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 
 
@@ -29,20 +27,7 @@ CANARIES = {
 def _run(
     home: Path, *args: str, timeout: int = 600, env_extra: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRAINFLOW_HOME": str(home), **(env_extra or {})}
-    for key in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "RAY_ADDRESS", "PREFECT_HOME"):
-        env.pop(key, None)
-    # Run from an empty directory: nothing may be written outside the trainflow home.
-    workdir = home / "cwd"
-    workdir.mkdir(exist_ok=True)
-    return subprocess.run(
-        [*TRAINFLOW, *args],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(home, *args, timeout=timeout, **(env_extra or {}))
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,6 @@ import ray.cloudpickle as cloudpickle
 import torch
 from fsspec.implementations.local import LocalFileSystem
 
-from training import data
 from training.config import load_config
 from training.errors import StorageError, WorkerFailedError
 from training.loop import TrainContext, load_state, run_loop
@@ -42,18 +41,6 @@ pytestmark = pytest.mark.integration
 
 # Test-local worker functions and the quota filesystem travel to Ray workers by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-@pytest.fixture(scope="module")
-def layout(tmp_path_factory) -> StorageLayout:
-    return StorageLayout(root=str(tmp_path_factory.mktemp("fault-storage")))
-
-
-@pytest.fixture(scope="module")
-def manifest(ray_local, layout):
-    config = load_config(None)
-    files = data.resolve_inputs(config.data)
-    return data.preprocess(config, layout, data.fingerprint(config.data, files), files)
 
 
 def _config(*sets: str):

@@ -8,11 +8,9 @@ import sys
 import pytest
 import ray.cloudpickle as cloudpickle
 
-from training import data
 from training.config import load_config
 from training.errors import TrainingDivergedError
 from training.loop import load_state
-from training.storage import StorageLayout
 from training.sweep import run_sweep
 from training.trainer import train_final
 
@@ -20,18 +18,6 @@ pytestmark = pytest.mark.integration
 
 # Test-local train functions are shipped to Ray workers by value, not by module name.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-@pytest.fixture(scope="module")
-def layout(tmp_path_factory) -> StorageLayout:
-    return StorageLayout(root=str(tmp_path_factory.mktemp("storage")))
-
-
-@pytest.fixture(scope="module")
-def manifest(ray_local, layout):
-    config = load_config(None)
-    files = data.resolve_inputs(config.data)
-    return data.preprocess(config, layout, data.fingerprint(config.data, files), files)
 
 
 def _config(*sets: str):

@@ -1,0 +1,23 @@
+"""Fixtures shared by the integration tests that train on the preprocessed digits."""
+
+from __future__ import annotations
+
+import pytest
+
+from training import data
+from training.config import load_config
+from training.storage import StorageLayout
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory) -> StorageLayout:
+    """A storage root of the test module's own (runs of one module never meet another's)."""
+    return StorageLayout(root=str(tmp_path_factory.mktemp("storage")))
+
+
+@pytest.fixture(scope="module")
+def manifest(ray_local, layout):
+    """The default data, preprocessed once per module into ``layout``."""
+    config = load_config(None)
+    files = data.resolve_inputs(config.data)
+    return data.preprocess(config, layout, data.fingerprint(config.data, files), files)
