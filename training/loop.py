@@ -49,12 +49,14 @@ def loop_config(
     max_epochs: int,
     every_n_batches: int = 0,
     max_workers: int = 1,
+    split_rows: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The plain-data argument every worker/trial receives (picklable, JSON-able).
 
     ``every_n_batches`` > 0 adds mid-epoch checkpoints (final training only: in a sweep every
     report is one ASHA iteration, so trials report once per epoch). ``max_workers`` sizes the
     micro-batches that keep the global batch constant when an elastic group shrinks.
+    ``split_rows`` (the manifest's rows per split) lets a worker size its shard before reading it.
     """
     return {
         "pipeline": config.model_dump(mode="json"),
@@ -62,6 +64,7 @@ def loop_config(
         "max_epochs": max_epochs,
         "every_n_batches": every_n_batches,
         "max_workers": max_workers,
+        "split_rows": dict(split_rows or {}),
     }
 
 
@@ -325,18 +328,31 @@ class TrainContext(_RayReporting):
     the batches themselves arrive in well under a second per epoch.
     """
 
-    def __init__(self, seed: int, pin_memory: bool = False, cache_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        seed: int,
+        pin_memory: bool = False,
+        cache_bytes: int = 0,
+        shard_bytes: dict[str, int] | None = None,
+    ) -> None:
+        """``shard_bytes``: each split's size in memory (all workers together), if known."""
         import ray.train
 
         self._api = ray.train
         self._seed = seed
         # Page-locked host batches make the copy to the GPU asynchronous (use_gpu only).
         self._pin_memory = pin_memory
-        self._cache_bytes = cache_bytes
         self._cache: dict[str, dict[str, torch.Tensor] | None] = {}
         context = ray.train.get_context()
         self.world_size = context.get_world_size()
         self.rank = context.get_world_rank()
+        # A split known to be too large is never collected: the stream is the only read of it.
+        self._cache_bytes = {
+            split: cache_bytes
+            if math.ceil((shard_bytes or {}).get(split, 0) / self.world_size) <= cache_bytes
+            else 0
+            for split in ("train", "val")
+        }
         self._shards = {
             "train": ray.train.get_dataset_shard("train"),
             "val": ray.train.get_dataset_shard("val"),
@@ -346,10 +362,14 @@ class TrainContext(_RayReporting):
     def from_settings(cls, settings: dict[str, Any]) -> TrainContext:
         """The context ``loop_config``'s settings ask for (subclasses in tests/benchmarks too)."""
         train = settings["pipeline"]["train"]
+        # float32 features, int64 label and sample id per row
+        row_bytes = 4 * FeatureSpec.from_dict(settings["spec"]).num_features + 16
+        rows = settings.get("split_rows") or {}
         return cls(
             seed=train["seed"],
             pin_memory=train["use_gpu"],
             cache_bytes=int(train["shard_cache_mb"]) * 1024**2,
+            shard_bytes={split: n * row_bytes for split, n in rows.items()},
         )
 
     def _stream(self, split: str, batch_size: int, seed: int | None) -> Iterator[dict]:
@@ -365,11 +385,11 @@ class TrainContext(_RayReporting):
     def _cached(self, split: str) -> dict[str, torch.Tensor] | None:
         """The whole shard as tensors in shard order, or None when it exceeds the limit."""
         if split not in self._cache:
-            self._cache[split] = _collect(self._stream(split, 4096, None), self._cache_bytes)
+            self._cache[split] = _collect(self._stream(split, 4096, None), self._cache_bytes[split])
         return self._cache[split]
 
     def _batches(self, split: str, batch_size: int, seed: int | None) -> Iterator[dict]:
-        cached = self._cached(split) if self._cache_bytes > 0 else None
+        cached = self._cached(split) if self._cache_bytes[split] > 0 else None
         if cached is None:
             yield from self._stream(split, batch_size, seed)
             return
@@ -449,7 +469,11 @@ def _collect(batches: Iterator[dict], max_bytes: int) -> dict[str, torch.Tensor]
     for batch in batches:
         size += sum(value.element_size() * value.nelement() for value in batch.values())
         if size > max_bytes:
-            return None  # stop reading: the caller streams this shard every epoch instead
+            # Larger than its estimate: read to the end, keeping nothing. A streaming split's
+            # epochs run in step across workers, so an epoch left half-read could stall them.
+            for _ in batches:
+                pass
+            return None
         for key, value in batch.items():
             parts.setdefault(key, []).append(value)
     if not parts:

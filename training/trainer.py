@@ -83,6 +83,7 @@ def build_trainer(
             max_epochs or train.max_epochs,
             every_n_batches=every_n_batches,
             max_workers=max_workers,
+            split_rows=manifest.rows,
         ),
         dataset_config=ray.train.DataConfig(execution_options=ingest),
         scaling_config=ray.train.ScalingConfig(

@@ -277,16 +277,47 @@ def test_shard_cache_concatenates_batches_in_order_under_the_limit():
     assert cached["y"].tolist() == [0, 0, 1, 1, 2, 2]
 
 
-def test_shard_cache_gives_up_as_soon_as_the_shard_outgrows_the_limit():
+def test_shard_cache_keeps_nothing_when_the_shard_outgrows_the_limit_but_ends_the_epoch():
+    import gc
+    import weakref
+
     from training.loop import _collect
 
-    read = []
+    read, alive = [], []
 
     def batches():
         for i in range(10):
             read.append(i)
-            yield {"x": torch.zeros(8)}  # 32 bytes each
+            batch = torch.zeros(8)  # 32 bytes each
+            alive.append(weakref.ref(batch))
+            yield {"x": batch}
 
     assert _collect(batches(), max_bytes=64) is None
-    assert read == [0, 1, 2]  # stopped at the third batch, never read the rest
+    assert read == list(range(10))  # the epoch is read to its end, in step with other workers
+    gc.collect()
+    assert all(ref() is None for ref in alive)  # and none of it kept
     assert _collect(iter([]), max_bytes=64) is None
+
+
+def test_a_worker_sizes_its_shard_from_the_manifest_before_reading_it(monkeypatch):
+    import ray.train
+
+    from training.loop import TrainContext
+
+    class Context:
+        def get_world_size(self):
+            return 2
+
+        def get_world_rank(self):
+            return 0
+
+    monkeypatch.setattr(ray.train, "get_context", Context)
+    monkeypatch.setattr(ray.train, "get_dataset_shard", lambda split: None)
+    row_bytes = 4 * SPEC.num_features + 16
+    train_rows = 2 * (1024**2 // row_bytes) + 10  # a bit over 1 MiB per worker
+    config = load_config(None, ["train.shard_cache_mb=1"])
+    settings = loop_config(config, SPEC, 1, split_rows={"train": train_rows, "val": 100})
+    context = TrainContext.from_settings(settings)
+    assert context._cache_bytes == {"train": 0, "val": 1024**2}
+    settings["split_rows"]["train"] = train_rows - 40  # now it fits
+    assert TrainContext.from_settings(settings)._cache_bytes["train"] == 1024**2
