@@ -54,3 +54,14 @@ def is_retriable(exc: BaseException) -> bool:
     if isinstance(exc, TrainflowError):
         return exc.retriable
     return True
+
+
+def one_line(error: BaseException | str, limit: int = 300, last: bool = False) -> str:
+    """The error's message as one line for a user: its first non-empty line, or its last one
+    with ``last`` (Ray wraps a worker's error in lines of its own and puts the original last).
+    Cut to ``limit`` characters; the exception's type when the message is empty."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__ if isinstance(error, BaseException) else ""
+    line = lines[-1] if last else lines[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"

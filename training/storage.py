@@ -13,6 +13,7 @@ import contextlib
 import os
 import posixpath
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,21 +139,33 @@ def read_text(uri: str, endpoint_url: str | None = None) -> str:
         return stream.read().decode()
 
 
+@contextlib.contextmanager
+def atomic_path(target: str | Path) -> Iterator[Path]:
+    """A temporary path beside local ``target`` to write; renamed onto it when the block ends
+    without an error, removed otherwise. Readers see the whole file or none."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_text_atomic(uri: str, text: str, endpoint_url: str | None = None) -> None:
     """Write a whole file or nothing: a temporary name first, then a rename.
 
     On S3 a single PUT is already atomic, so the object is written directly.
     """
-    fs, path = filesystem(uri, endpoint_url)
-    fs.create_dir(posixpath.dirname(path) if is_remote(uri) else os.path.dirname(path))
-    if is_remote(uri):
-        with fs.open_output_stream(path) as out:
-            out.write(text.encode())
+    if not is_remote(uri):
+        with atomic_path(filesystem(uri)[1]) as tmp:
+            tmp.write_text(text)
         return
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with fs.open_output_stream(tmp) as out:
+    fs, path = filesystem(uri, endpoint_url)
+    fs.create_dir(posixpath.dirname(path))
+    with fs.open_output_stream(path) as out:
         out.write(text.encode())
-    os.replace(tmp, path)
 
 
 def delete_dir(uri: str, endpoint_url: str | None = None) -> None:

@@ -41,7 +41,14 @@ WORKER_MODULES = [
     "training.storage",
 ]
 # The bottom of training/: they import nothing of ours but each other.
-TRAINING_BOTTOM = {"training.config", "training.errors", "training.storage"}
+TRAINING_BOTTOM = {
+    "training.config",
+    "training.errors",
+    "training.storage",
+    "training.metrics",
+    "training.secrets",
+    "training.probe",
+}
 # The one module that may import mlflow.
 MLFLOW_HOME = "training.tracking"
 
