@@ -13,7 +13,7 @@ from prefect.exceptions import ExternalSignal
 
 from flows.summary import summary_markdown
 from tasks import stages
-from training import cluster, report, tracking
+from training import cluster, report, signals, tracking
 from training.config import PipelineConfig
 from training.storage import StorageLayout, exists, join
 
@@ -72,7 +72,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
         # No MLflow run may be left RUNNING: Ctrl-C/SIGTERM (Prefect's TerminationSignal) is
         # KILLED, anything else FAILED.
         interrupted = isinstance(exc, KeyboardInterrupt | SystemExit | ExternalSignal)
-        interrupted = interrupted or cluster.received_signal() is not None
+        interrupted = interrupted or signals.received() is not None
         tracker.close_unfinished(parent, "KILLED" if interrupted else "FAILED")
         raise
     finally:

@@ -94,7 +94,7 @@ def run(
     from prefect.exceptions import TerminationSignal
 
     from flows.pipeline import pipeline
-    from training import cluster
+    from training import signals
 
     again = f"; resume with `trainflow run --resume {run_id}`" if run_id else ""
     try:
@@ -104,7 +104,7 @@ def run(
     except BaseException as exc:
         # Ctrl-C / SIGTERM: KeyboardInterrupt, Prefect's TerminationSignal, or, inside Ray
         # calls, a SystemExit; the signal Ray's watcher recorded tells them apart.
-        received = cluster.received_signal()
+        received = signals.received()
         if isinstance(exc, KeyboardInterrupt) or received == signal.SIGINT:
             errors.print(f"[bold red]interrupted[/]: MLflow runs were marked KILLED{again}")
             raise typer.Exit(130) from None

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import logging
 import os
-import signal
-import threading
+from pathlib import Path
 
+from training import signals
 from training.config import RayConfig
 from training.errors import ConfigError, ServiceUnreachableError
+from training.storage import trainflow_home
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
         os.environ.setdefault(key, value)
     if ray.is_initialized():
         return ray.cluster_resources()
+    _keep_credentials_out_of_runtime_envs()
     address = ray_config.address or os.environ.get("RAY_ADDRESS")
     runtime_env = job_runtime_env(ray_config, address)
     try:
@@ -83,12 +85,15 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
                 # interfaces and Ray maps 127.0.0.1 to the host IP; see docs/architecture.md.)
                 dashboard_host="127.0.0.1",
                 dashboard_port=dashboard_port,
+                # Sessions (logs, spilled objects) under the trainflow home, not /tmp/ray shared
+                # by every Ray on the machine: a run's logs are found, and checked, in one place.
+                _temp_dir=str(ray_temp_dir()),
                 runtime_env=runtime_env,
                 configure_logging=True,
                 logging_level=logging.WARNING,
                 log_to_driver=True,
             )
-        _watch_signals()
+        signals.watch()
     except ConnectionError as exc:
         raise ServiceUnreachableError(
             f"cannot connect to the Ray cluster at {address}: {exc}; check ray.address / "
@@ -97,51 +102,52 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
     return ray.cluster_resources()
 
 
-_WATCHED = (signal.SIGTERM, signal.SIGINT)
-_received: list[int] = []  # signals this process got since Ray started in it
+# Names of credentials that must never travel in a runtime_env: Ray's runtime-env agent logs
+# every runtime_env it creates, and the GCS keeps them. Workers of a local instance inherit
+# them from the driver's environment; nodes of a cluster have their own (or an instance role).
+CREDENTIAL_ENV_VARS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+)
 
 
-_wakeup: list[int] = []  # read end of the pipe Python writes each handled signal number to
+def _keep_credentials_out_of_runtime_envs() -> None:
+    """Stop Ray Tune copying the driver's AWS credentials into every trial's runtime_env.
 
-
-def received_signal() -> int | None:
-    """SIGTERM or SIGINT, if this process got one since Ray started in it."""
-    if _wakeup:
-        with contextlib.suppress(BlockingIOError):
-            _received.extend(n for n in os.read(_wakeup[0], 512) if n in _WATCHED)
-    return _received[0] if _received else None
-
-
-def _watch_signals() -> None:
-    """Remember a SIGTERM/SIGINT, then let the handler in place act on it.
-
-    Inside ``ray.get`` Ray turns the handler's exception (Ray's driver SIGTERM handler calls
-    ``sys.exit``; SIGINT raises KeyboardInterrupt) into ``SystemExit(1)``, indistinguishable
-    from any other exit, and Ray's native SIGTERM handler may abort the process; the record
-    lets the flow and the CLI report an interruption (runs KILLED, exit 143/130) all the same.
+    Tune's actor-class cache (``ray.tune.execution.class_cache``) adds each of these, when set
+    in the driver's environment, to the ``env_vars`` of the trial actors' runtime_env — which
+    the runtime-env agent then writes to its log in plain text. Tune has no option for it, so
+    the names are taken out of its module-level set; nothing else in that set is touched.
     """
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if not _wakeup:
-        # Ray Train's fit() later installs a SIGINT handler of its own (it aborts the run and
-        # exits 0); Python's wakeup fd records every handled signal, whoever handles it.
-        read_end, write_end = os.pipe()
-        os.set_blocking(read_end, False)
-        os.set_blocking(write_end, False)
-        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-        _wakeup.append(read_end)
-    for signum in _WATCHED:
-        previous = signal.getsignal(signum)
+    from ray.tune.execution import class_cache
 
-        if previous == signal.SIG_IGN:
-            continue
+    class_cache.ENV_VARS_TO_PROPAGATE.difference_update(CREDENTIAL_ENV_VARS)
 
-        def on_signal(number, frame, previous=previous):
-            if callable(previous):
-                previous(number, frame)
-            raise SystemExit(128 + number)
 
-        signal.signal(signum, on_signal)
+# The longest Unix socket path (108 bytes with the NUL) minus what Ray puts below its temp
+# dir: "/session_2026-11-23_11-49-38_123456_<pid>/sockets/plasma_store" (pid up to 7 digits).
+_MAX_RAY_TEMP_DIR = 107 - len("/session_2026-11-23_11-49-38_123456_1234567/sockets/plasma_store")
+
+
+def ray_temp_dir(home: Path | None = None) -> Path:
+    """Where the local Ray instance keeps its sessions: ``<home>/ray``.
+
+    A home too deep for Unix socket paths gets a short directory in the system temp dir,
+    named after the home, and ``<home>/ray`` links to it.
+    """
+    home = home or trainflow_home()
+    wanted = home / "ray"
+    if len(str(wanted)) <= _MAX_RAY_TEMP_DIR:
+        wanted.mkdir(parents=True, exist_ok=True)
+        return wanted
+    short = Path("/tmp") / f"trainflow-ray-{hashlib.sha256(str(home).encode()).hexdigest()[:10]}"
+    short.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    if not wanted.exists() and not wanted.is_symlink():
+        wanted.symlink_to(short, target_is_directory=True)
+    return short
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -15,12 +15,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 
 
-# Issue 5, case 11: the first run carries canary credentials; none may be written anywhere.
+# Issue 5, case 11 and issue 17: the first run carries canary credentials; none may be written
+# anywhere, Ray's session logs included.
 CANARIES = {
     "AWS_ACCESS_KEY_ID": "AKIACANARY7QX2LKEYID",
     "AWS_SECRET_ACCESS_KEY": "canary-secret-3f9d1c0b7e5a",
     "AWS_SESSION_TOKEN": "canary-session-token-8b2e",
     "MLFLOW_TRACKING_TOKEN": "canary-mlflow-token-6a4f",
+    "MLFLOW_TRACKING_PASSWORD": "canary-mlflow-password-1c9e",
+    "PREFECT_API_KEY": "canary-prefect-key-77d1",
 }
 
 
@@ -69,17 +72,24 @@ def test_summary_names_every_stage_and_prints_it(first_run):
 
 def test_no_canary_credential_is_written_anywhere(home, first_run):
     """MLflow's db and artifacts, the Prefect home and its db, the Ray storage root (results,
-    checkpoints, Tune state) all live in the home; our logs are the process's output."""
+    checkpoints, Tune state) and the run's whole Ray session (every log of every Ray process)
+    all live in the home; our logs are the process's output."""
     _, proc = first_run
     secrets = [value.encode() for value in CANARIES.values()]
     logs = (proc.stdout + proc.stderr).encode()
     assert [s for s in secrets if s in logs] == []
-    files = [p for p in home.rglob("*") if p.is_file()]
-    names = {p.relative_to(home).parts[0] for p in files}
+    # <home>/ray is the run's Ray temp dir, or a link to it when the home is too deep for
+    # Unix socket paths: read it through the link.
+    ray_root = (home / "ray").resolve()
+    sessions = [p for p in ray_root.iterdir() if p.name.startswith("session_2")]
+    assert len(sessions) == 1, sessions
+    assert (sessions[0] / "logs" / "runtime_env_agent.log").is_file()
+    files = [p for p in [*home.rglob("*"), *ray_root.rglob("*")] if p.is_file()]
+    names = {p.relative_to(home).parts[0] for p in files if p.is_relative_to(home)}
     assert {"mlflow.db", "mlartifacts", "prefect", "storage"} <= names, names
     assert any(p.name.startswith("prefect.db") for p in (home / "prefect").iterdir())
     leaks = [
-        f"{path.relative_to(home)}: {secret.decode()}"
+        f"{path}: {secret.decode()}"
         for path in files
         for secret in secrets
         if secret in path.read_bytes()

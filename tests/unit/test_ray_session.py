@@ -1,0 +1,44 @@
+"""Where the local Ray instance keeps its session, and what never enters a runtime_env."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from training import cluster
+
+
+def test_ray_temp_dir_is_under_the_home():
+    with tempfile.TemporaryDirectory(prefix="tf-", dir="/tmp") as short:
+        home = Path(short) / "home"
+        assert cluster.ray_temp_dir(home) == home / "ray"
+        assert (home / "ray").is_dir()
+
+
+def test_a_home_too_deep_for_socket_paths_links_to_a_short_dir(tmp_path):
+    home = tmp_path / ("deep-" * 12)
+    temp = cluster.ray_temp_dir(home)
+    assert len(str(temp)) <= 43, temp
+    assert (home / "ray").is_symlink() and (home / "ray").resolve() == temp.resolve()
+    # Asked again, the same place: the link is kept.
+    assert cluster.ray_temp_dir(home) == temp
+
+
+def test_tune_no_longer_copies_credentials_into_trial_runtime_envs(monkeypatch):
+    from ray.tune.execution import class_cache
+
+    monkeypatch.setattr(
+        class_cache, "ENV_VARS_TO_PROPAGATE", set(class_cache.ENV_VARS_TO_PROPAGATE)
+    )
+    for name in cluster.CREDENTIAL_ENV_VARS:
+        monkeypatch.setenv(name, f"canary-{name}")
+    cluster._keep_credentials_out_of_runtime_envs()
+    # Every AWS credential name Tune knows is covered, not only the ones we listed.
+    assert not {n for n in class_cache.ENV_VARS_TO_PROPAGATE if n.startswith("AWS_")}
+
+    class Trainable:
+        pass
+
+    remote = class_cache._ActorClassCache().get(Trainable)
+    env_vars = remote._default_options["runtime_env"]["env_vars"]
+    assert not set(cluster.CREDENTIAL_ENV_VARS) & set(env_vars), env_vars

@@ -1,0 +1,59 @@
+"""Telling an interruption apart: which SIGTERM/SIGINT this process got since Ray started in it.
+
+Each signal becomes a different exception depending on who handles it (Prefect's flow engine,
+Ray's driver handler, Ray Train's fit()); the record kept here lets the flow and the CLI report
+an interruption (runs KILLED, exit 143/130) whatever exception carried it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+
+_WATCHED = (signal.SIGTERM, signal.SIGINT)
+_received: list[int] = []  # signals this process got since Ray started in it
+
+
+_wakeup: list[int] = []  # read end of the pipe Python writes each handled signal number to
+
+
+def received() -> int | None:
+    """SIGTERM or SIGINT, if this process got one since Ray started in it."""
+    if _wakeup:
+        with contextlib.suppress(BlockingIOError):
+            _received.extend(n for n in os.read(_wakeup[0], 512) if n in _WATCHED)
+    return _received[0] if _received else None
+
+
+def watch() -> None:
+    """Remember a SIGTERM/SIGINT, then let the handler in place act on it.
+
+    Inside ``ray.get`` Ray turns the handler's exception (Ray's driver SIGTERM handler calls
+    ``sys.exit``; SIGINT raises KeyboardInterrupt) into ``SystemExit(1)``, indistinguishable
+    from any other exit, and Ray's native SIGTERM handler may abort the process; the record
+    lets the flow and the CLI report an interruption (runs KILLED, exit 143/130) all the same.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if not _wakeup:
+        # Ray Train's fit() later installs a SIGINT handler of its own (it aborts the run and
+        # exits 0); Python's wakeup fd records every handled signal, whoever handles it.
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        os.set_blocking(write_end, False)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        _wakeup.append(read_end)
+    for signum in _WATCHED:
+        previous = signal.getsignal(signum)
+
+        if previous == signal.SIG_IGN:
+            continue
+
+        def on_signal(number, frame, previous=previous):
+            if callable(previous):
+                previous(number, frame)
+            raise SystemExit(128 + number)
+
+        signal.signal(signum, on_signal)
