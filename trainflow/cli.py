@@ -40,7 +40,7 @@ def _fail(exc: BaseException | str, code: int = 1) -> None:
 
 
 def _load(config_file: Path | None, overrides: list[str] | None, **extra: Any):
-    from training.config import load_config
+    from training.overrides import load_config
 
     sets = list(overrides or [])
     sets += [f"{key}={value}" for key, value in extra.items() if value is not None]
@@ -432,7 +432,8 @@ def _trigger_deployment(name: str, config_file: Path | None, overrides: list[str
     try:
         check_prefect_api()
         from deployments import deploy as deployments
-        from training.config import parse_override, validate_config
+        from training.config import validate_config
+        from training.overrides import parse_override
 
         deployments.require_api_url()
         config = None

@@ -142,7 +142,7 @@ def compare(
 ) -> None:
     """Compare a sweep's trials from MLflow: params, best val metric, epochs, fate; best first."""
     from training import tracking
-    from training.config import load_config
+    from training.overrides import load_config
 
     try:
         config = load_config(config_file, list(overrides or []))
