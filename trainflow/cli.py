@@ -269,7 +269,7 @@ def up(
     ),
 ) -> None:
     """Start the local stack on 127.0.0.1: Prefect server, MLflow server, work pool, worker."""
-    from deployments import stack
+    from deployments import stack, stack_state
     from trainflow.env import prepare_environment
 
     prepare_environment(use_stack=False)
@@ -289,7 +289,7 @@ def up(
     console.print(f"  MLflow UI/API   {state.mlflow_url}")
     worker = state.parts["worker"]
     console.print(f"  worker          pool {state.pool!r}, pid {worker.pid}")
-    console.print(f"  state and logs  {stack.stack_dir(Path(state.home))}")
+    console.print(f"  state and logs  {stack_state.stack_dir(Path(state.home))}")
     console.print("next: `trainflow deploy`, `trainflow status`, `trainflow down`")
 
 
@@ -317,12 +317,12 @@ def status(as_json: bool = JsonOption) -> None:
     import json
     from dataclasses import asdict
 
-    from deployments import stack
+    from deployments import prefect_api, stack, stack_state
     from trainflow.env import prepare_environment
 
     prepare_environment(use_stack=False)
     try:
-        state = stack.read_state()
+        state = stack_state.read_state()
     except TrainflowError as exc:
         _fail(exc)
     if state is None:
@@ -336,7 +336,7 @@ def status(as_json: bool = JsonOption) -> None:
     problem = None
     if any(p.name == "prefect" and p.healthy for p in parts):
         try:
-            deployments = stack.deployments_overview(state.prefect_api_url)
+            deployments = prefect_api.deployments_overview(state.prefect_api_url)
         except TrainflowError as exc:
             problem = str(exc)
     healthy = all(p.healthy for p in parts) and len(parts) == len(stack.PARTS)
@@ -397,13 +397,13 @@ def deploy(
     ),
 ) -> None:
     """Create or update the deployments (nightly, smoke) on the Prefect server, idempotently."""
-    from deployments import stack
+    from deployments import stack, stack_state
     from trainflow.env import check_prefect_api, prepare_environment
 
     prepare_environment()
     try:
         check_prefect_api()
-        state = stack.running_state()
+        state = stack_state.running_state()
         from deployments.deploy import deploy_all
 
         deployed = deploy_all(pool or (state.pool if state else stack.DEFAULT_POOL), names)
