@@ -194,26 +194,30 @@ def up(options: UpOptions, home: Path | None = None) -> UpResult:
     deadline = time.monotonic() + options.timeout_s
     try:
         # Both servers start at once: each takes ~10 s to import and open its port.
-        prefect = start_process(
-            "prefect",
-            prefect_command(options.prefect_port),
-            server_env,
-            logs / "prefect-server.log",
-            cwd,
+        prefect = _record(
+            state,
+            start_process(
+                "prefect",
+                prefect_command(options.prefect_port),
+                server_env,
+                logs / "prefect-server.log",
+                cwd,
+            ),
+            state.prefect_url,
+            options.prefect_port,
         )
-        prefect.url, prefect.port = state.prefect_url, options.prefect_port
-        state.parts["prefect"] = prefect
-        write_state(state)
-        mlflow = start_process(
-            "mlflow",
-            mlflow_command(home, options.mlflow_port, artifacts),
-            env,
-            logs / "mlflow-server.log",
-            cwd,
+        mlflow = _record(
+            state,
+            start_process(
+                "mlflow",
+                mlflow_command(home, options.mlflow_port, artifacts),
+                env,
+                logs / "mlflow-server.log",
+                cwd,
+            ),
+            state.mlflow_url,
+            options.mlflow_port,
         )
-        mlflow.url, mlflow.port = state.mlflow_url, options.mlflow_port
-        state.parts["mlflow"] = mlflow
-        write_state(state)
         _wait_until(
             prefect,
             lambda: answers_health(state.prefect_api_url),
@@ -228,11 +232,12 @@ def up(options: UpOptions, home: Path | None = None) -> UpResult:
             "MLFLOW_TRACKING_URI": state.mlflow_url,
             "PREFECT_WORKER_QUERY_SECONDS": WORKER_QUERY_SECONDS,
         }
-        worker = start_process(
-            "worker", worker_command(options.pool), worker_env, logs / "worker.log", cwd
+        worker = _record(
+            state,
+            start_process(
+                "worker", worker_command(options.pool), worker_env, logs / "worker.log", cwd
+            ),
         )
-        state.parts["worker"] = worker
-        write_state(state)
         _wait_until(
             worker,
             lambda: bool(pool_workers(state.prefect_api_url, options.pool)),
@@ -243,6 +248,14 @@ def up(options: UpOptions, home: Path | None = None) -> UpResult:
         stop(state)
         raise
     return UpResult(state, already_running=False, seconds=round(time.monotonic() - began, 1))
+
+
+def _record(state: StackState, part: Part, url: str | None = None, port: int | None = None) -> Part:
+    """Write a part just started into the state file at once: `down` can stop it from now on."""
+    part.url, part.port = url, port
+    state.parts[part.name] = part
+    write_state(state)
+    return part
 
 
 def stop(state: StackState) -> list[str]:
