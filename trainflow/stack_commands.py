@@ -163,13 +163,12 @@ def deploy(
 ) -> None:
     """Create or update the deployments (nightly, smoke) on the Prefect server, idempotently."""
     from deployments import stack, stack_state
+    from deployments.deploy import deploy_all
     from trainflow.env import check_prefect_api, prepare_environment
 
     prepare_environment()
     check_prefect_api()
     state = stack_state.running_state()
-    from deployments.deploy import deploy_all
-
     deployed = deploy_all(pool or (state.pool if state else stack.DEFAULT_POOL), names)
     table = Table(title="deployments (created or updated)")
     for column in ("deployment", "schedule", "timezone", "state"):
