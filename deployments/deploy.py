@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,10 @@ FLOW_NAME = "pipeline"
 # A fixed anchor keeps an interval schedule identical across re-deploys (Prefect's default
 # anchor is "now", which would make every deploy a schedule change).
 INTERVAL_ANCHOR = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+# Scheduling right after a deploy: the client's retries after the first try (it backs off 2, 4,
+# 8 s, and sleeps 16 s more before giving up: 4 tries in 30 s), and seconds per try.
+SCHEDULE_RETRIES = 3
+SCHEDULE_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def spec(name: str) -> DeploymentSpec:
 
 def spec_parameters(item: DeploymentSpec) -> dict[str, Any]:
     """The deployment's parameters: its YAML file validated against the config schema."""
-    from training.config import load_config
+    from training.overrides import load_config
 
     config = load_config(REPO_ROOT / item.config_file)
     return {"config": config.model_dump(mode="json")}
@@ -137,28 +140,20 @@ def deploy_all(pool: str, names: list[str] | None = None) -> list[dict[str, Any]
 def schedule_next_runs(api_url: str, deployment_id: str) -> None:
     """Have the server create the next scheduled runs now, as its scheduler loop would within a
     minute, so that `trainflow status` shows them right after a deploy."""
-    import json
-    import urllib.error
-    import urllib.request
+    from deployments.prefect_api import prefect_client, unreachable_errors
 
-    request = urllib.request.Request(
-        f"{api_url.rstrip('/')}/deployments/{deployment_id}/schedule",
-        data=json.dumps({}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    # A busy server on sqlite answers 503 while its database is locked; it is worth a few
-    # tries, and not worth failing a deploy for: the scheduler loop creates the runs anyway.
-    for delay in (1, 2, 4, 8, None):
-        try:
-            with urllib.request.urlopen(request, timeout=30):
-                return
-        except urllib.error.HTTPError as exc:
-            if exc.code < 500 or delay is None:
-                break
-        except (urllib.error.URLError, TimeoutError):
-            if delay is None:
-                break
-        time.sleep(delay)
+    # A busy server on sqlite answers 503 while its database is locked: the client tries again,
+    # backing off, a few times. Not worth failing a deploy for: the scheduler creates the runs.
+    try:
+        with prefect_client(
+            api_url, retries=SCHEDULE_RETRIES, timeout=SCHEDULE_TIMEOUT_S
+        ) as client:
+            client.request(
+                "POST", "/deployments/{id}/schedule", path_params={"id": deployment_id}, json={}
+            )
+        return
+    except unreachable_errors():
+        pass
     log.warning(
         "the Prefect server did not schedule the next runs of deployment %s now; its scheduler "
         "will within a minute",
@@ -187,11 +182,11 @@ def trigger(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any
 
 def deployment_parameters(name: str) -> dict[str, Any]:
     """The ``config`` parameter stored on deployment ``pipeline/<name>``."""
-    require_api_url()
-    from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
-    with get_client(sync_client=True) as client:
+    from deployments.prefect_api import prefect_client
+
+    with prefect_client(require_api_url()) as client:
         try:
             deployment = client.read_deployment_by_name(f"{FLOW_NAME}/{name}")
         except ObjectNotFound:

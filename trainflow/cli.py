@@ -1,4 +1,5 @@
-"""The ``trainflow`` command line (typer): run, config show, evaluate, predict."""
+"""The ``trainflow`` command line (typer): run, config show, evaluate, predict, compare, and the
+local stack's commands (stack_commands.py). Errors are reported in one place: output.py."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from trainflow import stack_commands
 from trainflow.compare import compare as compare_command
+from trainflow.output import ReportingGroup, console, errors
 from training.errors import ConfigError, TrainflowError
 
 app = typer.Typer(
+    cls=ReportingGroup,
     help="trainflow: Ray Data -> Ray Tune (ASHA) -> Ray Train -> evaluation -> MLflow registry, "
     "orchestrated by Prefect.",
     no_args_is_help=True,
@@ -22,9 +25,6 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
-
-console = Console(stderr=False)
-errors = Console(stderr=True)
 
 ConfigOption = typer.Option(
     None, "--config", "-c", help="YAML file of overrides (see configs/default.yaml)."
@@ -34,20 +34,12 @@ SetOption = typer.Option(
 )
 
 
-def _fail(exc: BaseException | str, code: int = 1) -> None:
-    errors.print(f"[bold red]error:[/] {exc}", highlight=False)
-    raise typer.Exit(code)
-
-
 def _load(config_file: Path | None, overrides: list[str] | None, **extra: Any):
-    from training.config import load_config
+    from training.overrides import load_config
 
     sets = list(overrides or [])
     sets += [f"{key}={value}" for key, value in extra.items() if value is not None]
-    try:
-        return load_config(config_file, sets)
-    except TrainflowError as exc:
-        _fail(exc, code=2)
+    return load_config(config_file, sets)
 
 
 @app.command()
@@ -80,17 +72,14 @@ def run(
     from trainflow.env import check_prefect_api, prepare_environment
 
     if resume and run_id and resume != run_id:
-        _fail(f"--resume {resume} and --run-id {run_id} name different runs; give one", code=2)
+        raise ConfigError(f"--resume {resume} and --run-id {run_id} name different runs; give one")
     run_id = resume or run_id
     if deployment is not None:
-        _trigger_deployment(deployment, config_file, overrides)
+        stack_commands.trigger_deployment(deployment, config_file, overrides)
         return
     config = _load(config_file, overrides, **{"ray.address": ray_address})
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
-    try:
-        check_prefect_api()
-    except TrainflowError as exc:
-        _fail(exc)
+    check_prefect_api()
     from prefect.exceptions import TerminationSignal
 
     from flows.pipeline import pipeline
@@ -99,8 +88,8 @@ def run(
     again = f"; resume with `trainflow run --resume {run_id}`" if run_id else ""
     try:
         summary = pipeline(config=config, run_id=run_id)
-    except TrainflowError as exc:
-        _fail(exc)
+    except TrainflowError:
+        raise  # reported by the app's error handler, even after a signal
     except BaseException as exc:
         # Ctrl-C / SIGTERM: KeyboardInterrupt, Prefect's TerminationSignal, or, inside Ray
         # calls, a SystemExit; the signal Ray's watcher recorded tells them apart.
@@ -182,8 +171,6 @@ def evaluate(
             files,
         )
         result = evaluate_state(state, manifest, split, endpoint_url=endpoint)
-    except TrainflowError as exc:
-        _fail(exc)
     finally:
         cluster.shutdown()
     table = Table(title=f"{model} on {split} ({int(result.metrics['test_rows'])} rows)")
@@ -222,238 +209,16 @@ def predict(
         fmt = data.input_format(source, files)
         cluster.connect(config.ray)
         rows = predict_files(state, files, str(output), fmt=fmt)
-    except TrainflowError as exc:
-        _fail(exc)
     finally:
         cluster.shutdown()
     console.print(f"wrote {rows} predictions to {output}")
 
 
 app.command("compare")(compare_command)
-
-
-# ------------------------------------------------------------------- the local stack (issue 3)
-
-PrefectPortOption = typer.Option(
-    4200,
-    "--prefect-port",
-    min=1,
-    max=65535,
-    help="Port of the Prefect server (API and UI) on 127.0.0.1.",
-)
-MlflowPortOption = typer.Option(
-    5000,
-    "--mlflow-port",
-    min=1,
-    max=65535,
-    help="Port of the MLflow server (API and UI) on 127.0.0.1.",
-)
-PoolOption = typer.Option("trainflow", "--pool", help="Name of the Prefect process work pool.")
-JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
-
-
-@app.command()
-def up(
-    prefect_port: int = PrefectPortOption,
-    mlflow_port: int = MlflowPortOption,
-    pool: str = PoolOption,
-    artifacts_destination: str | None = typer.Option(
-        None,
-        "--artifacts-destination",
-        envvar="TRAINFLOW_ARTIFACTS_DESTINATION",
-        help="Where the MLflow server stores artifacts: default <home>/mlartifacts, or "
-        "s3://bucket/prefix (credentials and AWS_ENDPOINT_URL from the environment).",
-    ),
-    timeout: float = typer.Option(
-        180.0, "--timeout", help="Seconds to wait for every part to become healthy."
-    ),
-) -> None:
-    """Start the local stack on 127.0.0.1: Prefect server, MLflow server, work pool, worker."""
-    from deployments import stack
-    from trainflow.env import prepare_environment
-
-    prepare_environment(use_stack=False)
-    options = stack.UpOptions(prefect_port, mlflow_port, pool, artifacts_destination, timeout)
-    try:
-        result = stack.up(options)
-    except TrainflowError as exc:
-        _fail(exc)
-    state = result.state
-    if result.already_running:
-        console.print("the stack is already running (nothing started):")
-    else:
-        console.print(f"the stack is up in {result.seconds:.0f} s:")
-    console.print(
-        f"  Prefect UI/API  {state.prefect_url}   (PREFECT_API_URL={state.prefect_api_url})"
-    )
-    console.print(f"  MLflow UI/API   {state.mlflow_url}")
-    worker = state.parts["worker"]
-    console.print(f"  worker          pool {state.pool!r}, pid {worker.pid}")
-    console.print(f"  state and logs  {stack.stack_dir(Path(state.home))}")
-    console.print("next: `trainflow deploy`, `trainflow status`, `trainflow down`")
-
-
-@app.command()
-def down() -> None:
-    """Stop exactly the processes `trainflow up` started (by their recorded PIDs)."""
-    from deployments import stack
-    from trainflow.env import prepare_environment
-
-    prepare_environment(use_stack=False)
-    try:
-        state, stopped = stack.down()
-    except TrainflowError as exc:
-        _fail(exc)
-    if state is None:
-        console.print("no stack is recorded in this home: nothing to stop")
-        return
-    pids = ", ".join(f"{name} {state.parts[name].pid}" for name in stopped) or "none running"
-    console.print(f"stopped: {pids}")
-
-
-@app.command()
-def status(as_json: bool = JsonOption) -> None:
-    """Health and URL of each part of the stack, the deployments and their next runs."""
-    import json
-    from dataclasses import asdict
-
-    from deployments import stack
-    from trainflow.env import prepare_environment
-
-    prepare_environment(use_stack=False)
-    try:
-        state = stack.read_state()
-    except TrainflowError as exc:
-        _fail(exc)
-    if state is None:
-        if as_json:
-            console.print_json(json.dumps({"running": False, "parts": [], "deployments": []}))
-        else:
-            console.print("no stack is running in this home; start it with `trainflow up`")
-        raise typer.Exit(1)
-    parts = stack.part_statuses(state)
-    deployments: list[dict[str, Any]] = []
-    problem = None
-    if any(p.name == "prefect" and p.healthy for p in parts):
-        try:
-            deployments = stack.deployments_overview(state.prefect_api_url)
-        except TrainflowError as exc:
-            problem = str(exc)
-    healthy = all(p.healthy for p in parts) and len(parts) == len(stack.PARTS)
-    if as_json:
-        report = {
-            "running": healthy,
-            "parts": [asdict(p) for p in parts],
-            "deployments": deployments,
-            "prefect_api_url": state.prefect_api_url,
-            "mlflow_url": state.mlflow_url,
-        }
-        console.print_json(json.dumps(report))
-    else:
-        _print_status(parts, deployments, problem)
-    if not healthy:
-        raise typer.Exit(1)
-
-
-def _print_status(parts, deployments, problem: str | None) -> None:
-    table = Table(title="trainflow stack")
-    for column in ("part", "state", "url", "pid", "log"):
-        table.add_column(column)
-    for part in parts:
-        state = "[green]healthy[/]" if part.healthy else "[red]unhealthy[/]"
-        if not part.running:
-            state = "[red]not running[/]"
-        table.add_row(part.name, state, part.url or "", str(part.pid), part.log)
-    console.print(table)
-    if problem:
-        errors.print(f"[bold red]error:[/] {problem}", highlight=False)
-    if not deployments:
-        console.print("no deployments yet: `trainflow deploy`")
-        return
-    table = Table(title="deployments")
-    for column in ("deployment", "schedule", "state", "next runs"):
-        table.add_column(column)
-    for item in deployments:
-        schedules = "; ".join(
-            f"{s['schedule']} ({s['timezone'] or 'UTC'})" + ("" if s["active"] else " inactive")
-            for s in item["schedules"]
-        )
-        table.add_row(
-            f"pipeline/{item['name']}",
-            schedules,
-            "paused" if item["paused"] else "active",
-            "\n".join(item["next_runs"]) or "-",
-        )
-    console.print(table)
-
-
-@app.command()
-def deploy(
-    pool: str | None = typer.Option(
-        None, "--pool", help="Work pool (default: the running stack's pool)."
-    ),
-    names: list[str] | None = typer.Option(
-        None, "--name", "-n", help="Only this deployment (repeatable): nightly, smoke."
-    ),
-) -> None:
-    """Create or update the deployments (nightly, smoke) on the Prefect server, idempotently."""
-    from deployments import stack
-    from trainflow.env import check_prefect_api, prepare_environment
-
-    prepare_environment()
-    try:
-        check_prefect_api()
-        state = stack.running_state()
-        from deployments.deploy import deploy_all
-
-        deployed = deploy_all(pool or (state.pool if state else stack.DEFAULT_POOL), names)
-    except TrainflowError as exc:
-        _fail(exc)
-    table = Table(title="deployments (created or updated)")
-    for column in ("deployment", "schedule", "timezone", "state"):
-        table.add_column(column)
-    for item in deployed:
-        table.add_row(
-            item["name"],
-            item["schedule"],
-            item["timezone"],
-            "paused" if item["paused"] else "active",
-        )
-    console.print(table)
-    console.print("run one now: `trainflow run --deployment smoke`; see them: `trainflow status`")
-
-
-def _trigger_deployment(name: str, config_file: Path | None, overrides: list[str] | None) -> None:
-    """`trainflow run --deployment NAME`: validate any overrides here, then start the run on the
-    stack's worker."""
-    from trainflow.env import check_prefect_api, prepare_environment
-
-    prepare_environment()
-    try:
-        check_prefect_api()
-        from deployments import deploy as deployments
-        from training.config import parse_override, validate_config
-
-        deployments.require_api_url()
-        config = None
-        if config_file is not None:
-            config = _load(config_file, overrides)
-        elif overrides:
-            base = validate_config(deployments.deployment_parameters(name))
-            sets = dict(parse_override(item) for item in overrides)
-            config = base.with_overrides(sets)
-        run = deployments.trigger(
-            name, config.model_dump(mode="json") if config is not None else None
-        )
-    except ConfigError as exc:
-        _fail(exc, code=2)
-    except TrainflowError as exc:
-        _fail(exc)
-    import os
-
-    ui = os.environ["PREFECT_API_URL"].removesuffix("/api")
-    console.print(f"started flow run {run['name']} ({run['id']}) of pipeline/{name}")
-    console.print(f"  follow it: {ui}/runs/flow-run/{run['id']}")
+app.command()(stack_commands.up)
+app.command()(stack_commands.down)
+app.command()(stack_commands.status)
+app.command()(stack_commands.deploy)
 
 
 def main() -> None:  # pragma: no cover - `python -m trainflow`

@@ -14,13 +14,10 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from trainflow.output import console
 from training.errors import TrainflowError
-
-console = Console()
-errors = Console(stderr=True)
 
 WIDE = 200  # columns when stdout is not a terminal: keep names and URLs on one line
 
@@ -118,11 +115,6 @@ def where_to_compare(tracker, sweep: Mapping[str, Any], trials: Sequence[Mapping
     ]
 
 
-def _fail(exc: BaseException, code: int = 1) -> None:
-    errors.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
 def compare(
     experiment: str | None = typer.Option(
         None, "--experiment", "-e", help="MLflow experiment (default: mlflow.experiment)."
@@ -142,25 +134,17 @@ def compare(
 ) -> None:
     """Compare a sweep's trials from MLflow: params, best val metric, epochs, fate; best first."""
     from training import tracking
-    from training.config import load_config
+    from training.overrides import load_config
 
-    try:
-        config = load_config(config_file, list(overrides or []))
-        if experiment is not None:
-            config = config.with_overrides({"mlflow.experiment": experiment})
-    except TrainflowError as exc:
-        _fail(exc, code=2)
-    try:
-        tracker = tracking.configure(config, create=False)
-        sweep = tracker.sweep_trials(run)
-    except TrainflowError as exc:
-        _fail(exc)
+    config = load_config(config_file, list(overrides or []))
+    if experiment is not None:
+        config = config.with_overrides({"mlflow.experiment": experiment})
+    tracker = tracking.configure(config, create=False)
+    sweep = tracker.sweep_trials(run)
     if not sweep["trials"]:
-        _fail(
-            TrainflowError(
-                f"sweep run {sweep['sweep_run_id']} of experiment {sweep['experiment']!r} has no "
-                "trial runs (still starting, or its trials were deleted)"
-            )
+        raise TrainflowError(
+            f"sweep run {sweep['sweep_run_id']} of experiment {sweep['experiment']!r} has no "
+            "trial runs (still starting, or its trials were deleted)"
         )
     trials = sort_trials(sweep["trials"], sweep.get("mode", "max"))
     out = console if console.is_terminal else Console(width=WIDE)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from training.errors import ServiceUnreachableError
+from training.probe import health_url, http_problem
 from training.storage import trainflow_home
 
 PREFECT_API_ENV = "PREFECT_API_URL"
@@ -37,7 +36,7 @@ def prepare_environment(use_stack: bool = True, tracking_uri_configured: bool = 
 
 def stack_urls(home: Path | None = None) -> tuple[str, str] | None:
     """(Prefect API URL, MLflow URL) of the stack `trainflow up` started, if it still runs."""
-    from deployments.stack import running_state
+    from deployments.stack_state import running_state
 
     state = running_state(home)
     if state is None:
@@ -51,16 +50,9 @@ def check_prefect_api(timeout: float = PREFECT_HEALTH_TIMEOUT_S) -> None:
     url = os.environ.get(PREFECT_API_ENV)
     if not url:
         return
-    health = url.rstrip("/") + "/health"
-    try:
-        with urllib.request.urlopen(health, timeout=timeout) as response:
-            if response.status == 200:
-                return
-            reason = f"GET /health answered HTTP {response.status}"
-    except urllib.error.HTTPError as exc:
-        reason = f"GET /health answered HTTP {exc.code}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = str(getattr(exc, "reason", exc))
+    reason = http_problem(health_url(url), timeout)
+    if reason is None:
+        return
     raise ServiceUnreachableError(
         f"Prefect API {url} is not reachable ({reason}); start the stack with `trainflow up`, "
         f"or unset {PREFECT_API_ENV} to run with a temporary local Prefect server"

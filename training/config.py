@@ -1,20 +1,20 @@
-"""The one schema of every setting, its defaults, and loading with overrides.
+"""The one schema of every setting, and its defaults.
 
-YAML files and ``--set a.b=value`` hold overrides only; every default lives here. Everything is
-validated before any cluster, server or file is touched.
+YAML files and ``--set a.b=value`` hold overrides only (overrides.py loads them); every default
+lives here. Everything is validated before any cluster, server or file is touched.
 """
 
 from __future__ import annotations
 
-import copy
 import os
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from training.dotted import describe_errors, flatten, set_dotted
 from training.errors import ConfigError
+from training.metrics import direction
+from training.search_space import SearchDomain, check_search_key
 
 BUILTIN_DIGITS = "builtin:digits"
 DIGITS_IMAGE_SHAPE = [1, 8, 8]
@@ -200,47 +200,6 @@ class AshaConfig(_Section):
     reduction_factor: float = Field(3, gt=1, description="keep 1/reduction_factor per rung")
 
 
-_DOMAIN_KINDS = ("loguniform", "uniform", "choice", "randint")
-
-
-class SearchDomain(_Section):
-    """One hyperparameter's distribution: exactly one of the four keys."""
-
-    loguniform: tuple[float, float] | None = None
-    uniform: tuple[float, float] | None = None
-    randint: tuple[int, int] | None = None
-    choice: list[Any] | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> SearchDomain:
-        given = [k for k in _DOMAIN_KINDS if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of {', '.join(_DOMAIN_KINDS)}")
-        if self.loguniform is not None and not 0 < self.loguniform[0] < self.loguniform[1]:
-            raise ValueError("loguniform needs 0 < low < high")
-        if self.uniform is not None and not self.uniform[0] < self.uniform[1]:
-            raise ValueError("uniform needs low < high")
-        if self.randint is not None and not self.randint[0] < self.randint[1]:
-            raise ValueError("randint needs low < high (high exclusive)")
-        if self.choice is not None and len(self.choice) == 0:
-            raise ValueError("choice needs at least one value")
-        return self
-
-    @property
-    def kind(self) -> str:
-        return next(k for k in _DOMAIN_KINDS if getattr(self, k) is not None)
-
-    def probe_values(self) -> list[Any]:
-        """Values the domain can produce, to check against the config schema: the edges, and for
-        continuous domains an interior non-integer point (a uniform range on an int key fails)."""
-        if self.choice is not None:
-            return list(self.choice)
-        if self.randint is not None:
-            return [self.randint[0], self.randint[1] - 1]
-        low, high = getattr(self, self.kind)
-        return [low, high, low + (high - low) * 0.37]
-
-
 def _default_search_space() -> dict[str, SearchDomain]:
     return {
         "train.lr": SearchDomain(loguniform=(1e-3, 2e-2)),
@@ -272,7 +231,7 @@ class SweepConfig(_Section):
                 f"sweep.asha.grace_period ({self.asha.grace_period}) must be <= "
                 f"sweep.asha.max_t ({self.asha.max_t})"
             )
-        expected_mode = "max" if self.metric == "val_accuracy" else "min"
+        expected_mode = direction(self.metric)
         if self.mode != expected_mode:
             raise ValueError(f"sweep.metric={self.metric} needs sweep.mode={expected_mode}")
         return self
@@ -368,7 +327,7 @@ class PipelineConfig(_Section):
         if self.ray.address is None:
             self._check_fits_local_instance()
         for key, domain in self.sweep.search_space.items():
-            _check_search_key(self, key, domain)
+            check_search_key(self, key, domain)
         return self
 
     def _check_fits_local_instance(self) -> None:
@@ -391,7 +350,7 @@ class PipelineConfig(_Section):
         """A validated copy with dotted-path overrides applied (e.g. a trial's params)."""
         raw = self.model_dump(mode="json")
         for key, value in overrides.items():
-            _set_dotted(raw, key, value)
+            set_dotted(raw, key, value)
         return validate_config(raw)
 
     def flat(self) -> dict[str, Any]:
@@ -404,126 +363,9 @@ class PipelineConfig(_Section):
         return flatten(raw)
 
 
-def _check_search_key(config: PipelineConfig, key: str, domain: SearchDomain) -> None:
-    if key.startswith(("sweep.", "mlflow.", "ray.", "storage.", "data.")):
-        raise ValueError(f"sweep.search_space key {key!r}: only train.* and model.* can be swept")
-    raw = config.model_dump(mode="json")
-    try:
-        _get_dotted(raw, key)
-    except KeyError:
-        raise ValueError(
-            f"sweep.search_space key {key!r} is not a config key; use dotted paths such as "
-            "train.lr or model.dropout"
-        ) from None
-    for value in domain.probe_values():
-        trial = copy.deepcopy(raw)
-        trial["sweep"]["search_space"] = {}
-        _set_dotted(trial, key, value)
-        try:
-            PipelineConfig.model_validate(trial)
-        except ValidationError as exc:
-            first = exc.errors()[0]["msg"]
-            raise ValueError(
-                f"sweep.search_space[{key!r}] can produce {value!r}, which is invalid: {first}"
-            ) from None
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{path}."))
-        else:
-            flat[path] = value
-    return flat
-
-
-def _get_dotted(tree: dict[str, Any], key: str) -> Any:
-    node: Any = tree
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise KeyError(key)
-        node = node[part]
-    return node
-
-
-_SEARCH_SPACE = "sweep.search_space."
-
-
-def _split_key(key: str) -> list[str]:
-    """Dotted path -> parts; a search-space entry's own key (e.g. train.lr) stays whole."""
-    if key.startswith(_SEARCH_SPACE) and len(key) > len(_SEARCH_SPACE):
-        return ["sweep", "search_space", key[len(_SEARCH_SPACE) :]]
-    return key.split(".")
-
-
-def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
-    parts = _split_key(key)
-    node = tree
-    for part in parts[:-1]:
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"cannot set {key!r}: {part!r} is not a section")
-        node = child
-    node[parts[-1]] = value
-
-
-def _format_validation_error(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "config"
-        msg = err["msg"].removeprefix("Value error, ")
-        given = err.get("input")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling; `trainflow config show` lists every key)"
-        elif not isinstance(given, dict) and "credentials" not in msg:  # never echo a secret
-            msg = f"{msg} (got {given!r})"
-        lines.append(f"  {key}: {msg}")
-    return "invalid configuration:\n" + "\n".join(lines)
-
-
 def validate_config(raw: dict[str, Any]) -> PipelineConfig:
     """Validate a raw dict; raise ConfigError naming every bad key and what is allowed."""
     try:
         return PipelineConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc)) from None
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """``a.b=value`` -> ("a.b", value), the value read as YAML (numbers, lists, null...)."""
-    key, sep, text = item.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.lr=0.01")
-    try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {item!r}: value is not valid YAML ({exc})") from None
-    return key.strip(), value
-
-
-def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None
-) -> PipelineConfig:
-    """Defaults, then the YAML file, then ``--set`` overrides; validated as a whole."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(
-                f"config file {str(path)!r} does not exist; pass an existing YAML file"
-            )
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections")
-        raw = loaded or {}
-    for item in overrides or []:
-        key, value = parse_override(item)
-        _set_dotted(raw, key, value)
-    return validate_config(raw)
+        raise ConfigError(describe_errors(exc)) from None

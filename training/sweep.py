@@ -12,9 +12,10 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from training.config import PipelineConfig, SearchDomain, SweepConfig, validate_config
+from training.config import PipelineConfig, SweepConfig, validate_config
 from training.errors import TrainflowError
 from training.manifest import Manifest
+from training.search_space import SearchDomain
 from training.storage import StorageLayout
 
 log = logging.getLogger(__name__)

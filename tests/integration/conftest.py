@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from training import data
-from training.config import load_config
+from training.overrides import load_config
 from training.storage import StorageLayout
 
 

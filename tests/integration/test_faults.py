@@ -30,10 +30,10 @@ import ray.cloudpickle as cloudpickle
 import torch
 from fsspec.implementations.local import LocalFileSystem
 
-from training.config import load_config
 from training.errors import StorageError, WorkerFailedError
 from training.loop import TrainContext, load_state, run_loop
 from training.manifest import SAMPLE_ID
+from training.overrides import load_config
 from training.storage import StorageLayout
 from training.trainer import train_final
 

@@ -8,9 +8,9 @@ import sys
 import pytest
 import ray.cloudpickle as cloudpickle
 
-from training.config import load_config
 from training.errors import TrainingDivergedError
 from training.loop import load_state
+from training.overrides import load_config
 from training.sweep import run_sweep
 from training.trainer import train_final
 

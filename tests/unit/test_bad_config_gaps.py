@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from training.cluster import check_can_host
-from training.config import load_config
 from training.errors import ConfigError
+from training.overrides import load_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

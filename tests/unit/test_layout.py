@@ -27,6 +27,9 @@ RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # Modules that must exist now; other modules are checked as soon as they exist.
 REQUIRED = [
     "training.config",
+    "training.dotted",
+    "training.overrides",
+    "training.search_space",
     "training.errors",
     "training.storage",
     "training.cluster",
@@ -43,6 +46,9 @@ WORKER_MODULES = [
 # The bottom of training/: they import nothing of ours but each other.
 TRAINING_BOTTOM = {
     "training.config",
+    "training.dotted",
+    "training.overrides",
+    "training.search_space",
     "training.errors",
     "training.storage",
     "training.metrics",

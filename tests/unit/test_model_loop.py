@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from training.config import ModelConfig, load_config
+from training.config import ModelConfig
 from training.errors import TrainingDivergedError, UnsafeCheckpointError
 from training.evaluate import metrics_from_confusion, model_from_state, serving_model
 from training.loop import load_state, loop_config, run_loop, save_state
 from training.manifest import FeatureSpec
 from training.model import CNN, MLP, NormalizedClassifier, build_model
+from training.overrides import load_config
 
 
 @pytest.mark.parametrize(

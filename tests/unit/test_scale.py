@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from training.cluster import job_runtime_env, worker_resources
-from training.config import RayConfig, load_config
+from training.config import RayConfig
 from training.loop import accumulate_gradients, step_plan
+from training.overrides import load_config
 
 
 @pytest.mark.parametrize("global_batch", [64, 96, 128])

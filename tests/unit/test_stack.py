@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments import stack
+from deployments import processes, stack, stack_state
 from training.errors import ConfigError, ServiceUnreachableError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -56,8 +56,8 @@ def sleepers():
         proc.wait(timeout=10)
 
 
-def record(home: Path, procs: dict[str, subprocess.Popen]) -> stack.StackState:
-    state = stack.StackState(
+def record(home: Path, procs: dict[str, subprocess.Popen]) -> stack_state.StackState:
+    state = stack_state.StackState(
         home=str(home),
         pool="trainflow",
         prefect_url="http://127.0.0.1:1",
@@ -65,14 +65,14 @@ def record(home: Path, procs: dict[str, subprocess.Popen]) -> stack.StackState:
         artifacts_destination=str(home / "mlartifacts"),
     )
     for name, proc in procs.items():
-        state.parts[name] = stack.Part(
+        state.parts[name] = processes.Part(
             name=name,
             pid=proc.pid,
-            create_time=stack._process_start_time(proc.pid),
+            create_time=processes.process_start_time(proc.pid),
             command=["sh"],
             log=str(home / f"{name}.log"),
         )
-    stack._write_state(state)
+    stack_state.write_state(state)
     return state
 
 
@@ -89,7 +89,7 @@ def test_port_taken_by_another_program_names_port_and_option(home):
     assert "--prefect-port" in str(prefect_error.value)
     assert f"port {port}" in str(mlflow_error.value)
     assert "--mlflow-port" in str(mlflow_error.value)
-    assert not stack.state_path(home).exists()  # nothing started, nothing recorded
+    assert not stack_state.state_path(home).exists()  # nothing started, nothing recorded
 
 
 def test_same_port_for_both_servers_is_refused(home):
@@ -122,14 +122,14 @@ def test_up_twice_reports_the_running_stack_and_starts_nothing(home, sleepers):
     result = stack.up(stack.UpOptions(prefect_port=1, mlflow_port=1), home)
     assert result.already_running
     assert result.state == before
-    assert stack.read_state(home) == before
+    assert stack_state.read_state(home) == before
 
 
 def test_a_partly_running_stack_is_not_started_over(home, sleepers):
     alive, dead = sleepers(), sleepers("true")
     dead.wait(timeout=10)
     record(home, {"prefect": alive, "mlflow": dead})
-    with pytest.raises(stack.StackError, match="trainflow down"):
+    with pytest.raises(stack_state.StackError, match="trainflow down"):
         stack.up(stack.UpOptions(), home)
 
 
@@ -139,22 +139,22 @@ def test_down_stops_exactly_the_recorded_process_groups(home, sleepers):
     stranger = sleepers()
     record(home, {"mlflow": recorded})
     time.sleep(0.3)
-    members = stack.group_members(stack.read_state(home).parts["mlflow"])
+    members = processes.group_members(stack_state.read_state(home).parts["mlflow"])
     assert len(members) >= 2
 
     state, stopped = stack.down(home)
     assert stopped == ["mlflow"]
     recorded.wait(timeout=10)
-    assert stack.group_members(state.parts["mlflow"]) == []
+    assert processes.group_members(state.parts["mlflow"]) == []
     assert stranger.poll() is None  # another program's process lives on
-    assert not stack.state_path(home).exists()
+    assert not stack_state.state_path(home).exists()
 
 
 def test_down_leaves_a_reused_pid_alone(home, sleepers):
     stranger = sleepers()
     state = record(home, {"worker": stranger})
     state.parts["worker"].create_time -= 3600  # the PID now belongs to some other process
-    stack._write_state(state)
+    stack_state.write_state(state)
     _, stopped = stack.down(home)
     assert stopped == []
     assert stranger.poll() is None
@@ -187,7 +187,7 @@ def test_a_stale_state_file_is_ignored(home, sleepers):
     gone = sleepers("true")
     gone.wait(timeout=10)
     record(home, {name: gone for name in stack.PARTS})
-    assert stack.running_state(home) is None
+    assert stack_state.running_state(home) is None
     env.prepare_environment()
     assert "PREFECT_API_URL" not in os.environ
 
@@ -206,6 +206,19 @@ def test_prefect_api_down_names_the_url_and_the_fix(monkeypatch):
     assert time.monotonic() - start < 10
     assert url in str(error.value) and "trainflow up" in str(error.value)
     assert error.value.retriable
+
+
+def test_prefect_api_probes_of_a_server_that_is_down(home):
+    """Through Prefect's client: `status` names the URL and the fix; the worker probe is empty."""
+    from deployments import prefect_api
+
+    url = f"http://127.0.0.1:{free_port()}/api"
+    start = time.monotonic()
+    assert prefect_api.pool_workers(url, "trainflow") == []
+    with pytest.raises(ServiceUnreachableError) as error:
+        prefect_api.deployments_overview(url)
+    assert time.monotonic() - start < 20
+    assert url in str(error.value) and "trainflow up" in str(error.value)
 
 
 def test_cli_run_with_prefect_api_down_fails_at_once(home):
@@ -274,7 +287,7 @@ def test_s3_endpoint_down_fails_fast_naming_the_endpoint(monkeypatch):
 
 def test_deployment_parameters_are_the_validated_config_files():
     from deployments.deploy import DEPLOYMENTS, spec, spec_parameters
-    from training.config import load_config
+    from training.overrides import load_config
 
     assert {d.name for d in DEPLOYMENTS} >= {"nightly", "smoke"}
     nightly = spec("nightly")

@@ -7,7 +7,6 @@ import errno
 import pytest
 from ray.train import ControllerError, WorkerGroupError
 
-from training.config import load_config
 from training.errors import (
     StorageError,
     TrainingDivergedError,
@@ -15,6 +14,7 @@ from training.errors import (
     WorkerFailedError,
     is_retriable,
 )
+from training.overrides import load_config
 from training.trainer import _training_error
 
 CONFIG = load_config(None, ["train.max_failures=2"])
