@@ -208,7 +208,7 @@ def _bare_arm(config, arrays, epochs: int, threads: int):
 def run(ctx: Context) -> h.Outcome:
     import torch
 
-    from training.data import load_split_arrays
+    from training.data.read import load_split_arrays
 
     register_by_value(__name__)
     rows = ctx.pick(50_000, 2_000)

@@ -2,10 +2,11 @@
 
 Ray arm: ``training.data.preprocess`` (read -> validate/summarise -> fit train statistics ->
 transform -> partitioned parquet) into an empty storage root, on the local Ray instance.
-Anchor: the very same per-batch functions of ``training.data`` (``_summary``, ``_validate``,
-``_write_rows``) driven by plain pyarrow/pandas in this one process: ``ParquetFile.iter_batches``
-twice, ``pq.write_to_dataset`` partitioned by split. Data: 1x = the default data (scikit-learn's
-1,797 digits), 10x and 100x = the digits tiled and jittered (``training.datasets``), same columns.
+Anchor: the very same functions of ``training.data`` (``batch_summary``, ``validate``,
+``feature_spec``, ``output_rows``) driven by plain pyarrow/pandas in this one process:
+``ParquetFile.iter_batches`` twice, ``pq.write_to_dataset`` partitioned by split. Data: 1x = the
+default data (scikit-learn's 1,797 digits), 10x and 100x = the digits tiled and jittered
+(``training.data.synthetic``), same columns.
 
 Second pair: one pass over the processed train split with ``Dataset.iter_torch_batches`` (as the
 training loop reads it: materialised, local shuffle buffer) vs a torch ``DataLoader`` over a
@@ -59,41 +60,31 @@ FIGURES = [
 
 def arrow_preprocess(config, files: list[str], out_dir: Path) -> int:
     """The preprocessing transform without Ray: same per-batch code, one process; rows written."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from training import data as d
-    from training.manifest import FeatureSpec
+    from training.data.inputs import input_format
+    from training.data.preprocess import BATCH_ROWS
+    from training.data.rows import SPLIT, output_rows
+    from training.data.schema import check_schema
+    from training.data.summary import Stats, batch_summary
+    from training.data.validate import feature_spec, validate
 
     cfg = config.data
-    plan = d._check_schema(cfg, files, d.input_format(cfg, files), None)
+    plan = check_schema(cfg, files, input_format(cfg, files), None)
 
     def batches():
         for file in files:
             reader = pq.ParquetFile(file)
-            for record_batch in reader.iter_batches(batch_size=d._BATCH_ROWS, columns=plan.columns):
+            for record_batch in reader.iter_batches(batch_size=BATCH_ROWS, columns=plan.columns):
                 yield record_batch.to_pandas()
 
-    stats = d._Stats()
+    stats = Stats()
     for batch in batches():
-        stats.add(d._summary(batch, plan, cfg.split) if len(batch) else {"rows": 0})
-    classes = d._validate(stats, cfg, plan, files)
-    n_train, mean, m2 = stats.train
-    std = np.sqrt(m2 / n_train)
-    std = np.where(std > 0, std, 1.0)
-    width = next(iter(stats.widths))
-    spec = FeatureSpec(
-        label_column=cfg.label_column,
-        classes=classes,
-        input_shape=list(cfg.image_shape) if cfg.image_shape else [width],
-        mean=[float(v) for v in np.broadcast_to(mean, (width,))],
-        std=[float(v) for v in np.broadcast_to(std, (width,))],
-        feature_columns=plan.features,
-        image_column=plan.image,
-    )
-    table = pa.concat_tables(d._write_rows(batch, spec, cfg.split) for batch in batches())
-    pq.write_to_dataset(table, str(out_dir), partition_cols=[d.SPLIT])
+        stats.add(batch_summary(batch, plan, cfg.split) if len(batch) else {"rows": 0})
+    spec = feature_spec(stats, cfg, plan, validate(stats, cfg, plan, files))
+    table = pa.concat_tables(output_rows(batch, spec, cfg.split) for batch in batches())
+    pq.write_to_dataset(table, str(out_dir), partition_cols=[SPLIT])
     return table.num_rows
 
 
@@ -108,9 +99,9 @@ def _ray_arm(ctx: Context, config, manifests: dict):
 
 
 def _arrow_arm(ctx: Context, config):
-    from training import data
+    from training.data.inputs import resolve_inputs
 
-    files = data.resolve_inputs(config.data)
+    files = resolve_inputs(config.data)
 
     def run(rep: int) -> dict[str, Any]:
         started = time.perf_counter()
@@ -125,7 +116,7 @@ def _loader_arms(manifest, batch_size: int, passes: int):
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from training.data import load_split_arrays, read_split
+    from training.data.read import load_split_arrays, read_split
     from training.manifest import FEATURES, LABEL, SAMPLE_ID
 
     dataset = read_split(manifest, "train").materialize()  # as the trainer keeps small splits

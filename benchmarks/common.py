@@ -95,7 +95,7 @@ def register_by_value(module_name: str) -> None:
 
 def digits_file() -> str:
     """The default data: scikit-learn's 1,797 digits as parquet under the trainflow home."""
-    from training.datasets import ensure_digits
+    from training.data.builtin import ensure_digits
     from training.storage import trainflow_home
 
     return ensure_digits(trainflow_home())
@@ -104,12 +104,12 @@ def digits_file() -> str:
 def tabular_digits(directory: Path, scale: int, seed: int = 0) -> str:
     """``scale`` x the default data: digits-like 8x8 rows (tiled, jittered, noisy), same columns.
 
-    1x is the real digits file; larger scales are generated (``training.datasets``), two files
+    1x is the real digits file; larger scales are generated (``training.data.synthetic``), two files
     from 10x on so that a parallel reader has one file per core.
     """
     if scale == 1:
         return digits_file()
-    from training.datasets import write_synthetic
+    from training.data.synthetic import write_synthetic
 
     target = directory / f"digits-x{scale}"
     if not target.exists():
@@ -126,7 +126,7 @@ def tabular_digits(directory: Path, scale: int, seed: int = 0) -> str:
 
 def image_data(directory: Path, rows: int, side: int = 28, seed: int = 0, files: int = 4) -> str:
     """``rows`` generated ``side`` x ``side`` images (column ``image``), in ``files`` files."""
-    from training.datasets import write_synthetic
+    from training.data.synthetic import write_synthetic
 
     target = directory / f"images-{rows}x{side}"
     if not target.exists():
@@ -147,14 +147,15 @@ def source_config(source: str, overrides: dict[str, Any] | None = None):
 
 def fresh_preprocess(config, root: Path):
     """Run the preprocessing stage into an empty storage root: (manifest, seconds, layout)."""
-    from training import data
+    from training.data.inputs import fingerprint, resolve_inputs
+    from training.data.preprocess import preprocess
     from training.storage import StorageLayout
 
     layout = StorageLayout(root=str(root))
-    files = data.resolve_inputs(config.data)
-    fingerprint = data.fingerprint(config.data, files)
+    files = resolve_inputs(config.data)
+    digest = fingerprint(config.data, files)
     started = time.perf_counter()
-    manifest = data.preprocess(config, layout, fingerprint, files)
+    manifest = preprocess(config, layout, digest, files)
     return manifest, time.perf_counter() - started, layout
 
 

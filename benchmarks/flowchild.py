@@ -9,8 +9,9 @@ what they do, the functions whose time B4 separates from the orchestration:
   call and the body;
 - each stage task's body (``Task.fn`` of ``tasks.stages``): Prefect's task machinery lies
   between the stage's wall time (the flow's ``StageClock``) and its body;
-- inside the bodies, the library calls (``data.preprocess``, ``run_sweep``, ``train_final``,
-  ``evaluate_state``, model logging/registration), Ray start/stop and MLflow set-up.
+- inside the bodies, the library calls (``preprocessing.preprocess``, ``run_sweep``,
+  ``train_final``, ``evaluate_state``, model logging/registration), Ray start/stop and MLflow
+  set-up.
 
 Every wrapped call appends ``(start, end)`` wall-clock stamps; they are written to the timings
 file when the CLI returns (a killed run writes nothing).
@@ -63,7 +64,8 @@ def instrument(spans: dict) -> list[str]:
     prepare_environment()  # what `trainflow run` does before prefect is imported
     import flows.pipeline as pipeline_module
     import tasks.stages as stages
-    from training import cluster, data, tracking
+    from training import cluster, tracking
+    from training.data import preprocess as preprocessing
 
     missing: list[str] = []
     # The flow itself stays untouched (Prefect validates its parameters against ``flow.fn``'s
@@ -89,7 +91,7 @@ def instrument(spans: dict) -> list[str]:
             missing.append(f"tasks.stages.{name}")
             continue
         _wrap(task, "fn", spans, f"task:{name}", missing)
-    _wrap(data, "preprocess", spans, "lib:preprocess", missing)
+    _wrap(preprocessing, "preprocess", spans, "lib:preprocess", missing)
     _wrap(stages, "run_sweep", spans, "lib:sweep", missing)
     _wrap(stages, "train_final", spans, "lib:train", missing)
     _wrap(stages, "evaluate_state", spans, "lib:evaluate", missing)

@@ -11,8 +11,10 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.policy import STAGE_TASK_OPTIONS
-from training import cluster, data, report, tracking
+from training import cluster, report, tracking
 from training.config import PipelineConfig
+from training.data import inputs
+from training.data import preprocess as preprocessing
 from training.evaluate import EvalResult, evaluate_state, serving_model
 from training.manifest import Manifest
 from training.storage import StorageLayout
@@ -34,8 +36,8 @@ def connect_ray(config: PipelineConfig) -> dict[str, float]:
 def inspect_data(config: PipelineConfig) -> tuple[list[str], str]:
     """Resolve the input files and fingerprint them with the preprocessing config."""
     endpoint = config.storage.endpoint_url
-    files = data.resolve_inputs(config.data, endpoint, StorageLayout.from_config(config).root)
-    return files, data.fingerprint(config.data, files, endpoint)
+    files = inputs.resolve_inputs(config.data, endpoint, StorageLayout.from_config(config).root)
+    return files, inputs.fingerprint(config.data, files, endpoint)
 
 
 def _preprocess_cache_key(context, parameters: dict[str, Any]) -> str:
@@ -53,7 +55,7 @@ def _preprocess_cache_key(context, parameters: dict[str, Any]) -> str:
 )
 def preprocess(config: PipelineConfig, fingerprint: str, files: list[str]) -> Manifest:
     connect_ray(config)
-    return data.preprocess(config, StorageLayout.from_config(config), fingerprint, files)
+    return preprocessing.preprocess(config, StorageLayout.from_config(config), fingerprint, files)
 
 
 @task(name="sweep", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
@@ -244,7 +246,7 @@ def promote(
     parent_run: str,
 ) -> dict[str, Any]:
     """Log the model, register a version, alias challenger; move champion only if it wins."""
-    from training.data import load_split_arrays
+    from training.data.read import load_split_arrays
 
     tracker = tracking.configure(config)
     state = _load_checkpoint_state(config, train_outcome.checkpoint_path)

@@ -155,7 +155,9 @@ def evaluate(
 
     config = _load(config_file, overrides)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
-    from training import cluster, data
+    from training import cluster
+    from training.data.inputs import fingerprint, resolve_inputs
+    from training.data.preprocess import preprocess
     from training.evaluate import evaluate_state
     from training.storage import StorageLayout
 
@@ -163,11 +165,11 @@ def evaluate(
         state = _model_state(config, model)
         cluster.connect(config.ray)
         endpoint = config.storage.endpoint_url
-        files = data.resolve_inputs(config.data, endpoint)
-        manifest = data.preprocess(
+        files = resolve_inputs(config.data, endpoint)
+        manifest = preprocess(
             config,
             StorageLayout.from_config(config),
-            data.fingerprint(config.data, files, endpoint),
+            fingerprint(config.data, files, endpoint),
             files,
         )
         result = evaluate_state(state, manifest, split, endpoint_url=endpoint)
@@ -198,15 +200,16 @@ def predict(
 
     config = _load(config_file, overrides)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
-    from training import cluster, data
+    from training import cluster
     from training.config import DataConfig
+    from training.data.inputs import input_format, resolve_inputs
     from training.evaluate import predict_files
 
     try:
         state = _model_state(config, model)
         source = DataConfig(source=str(input_path.resolve()), label_column="__none__")
-        files = data.resolve_inputs(source)
-        fmt = data.input_format(source, files)
+        files = resolve_inputs(source)
+        fmt = input_format(source, files)
         cluster.connect(config.ray)
         rows = predict_files(state, files, str(output), fmt=fmt)
     finally:

@@ -96,7 +96,7 @@ class _BatchPredictor:
 
     def __call__(self, batch):
         if self.raw_input:
-            from training.data import transform_batch
+            from training.data.rows import transform_batch
 
             features = transform_batch(batch, self.spec, with_labels=False)[FEATURES]
             _, probs = self._score(features)
@@ -132,7 +132,7 @@ def evaluate_state(
     state: dict[str, Any], manifest: Manifest, split: str = "test", endpoint_url: str | None = None
 ) -> EvalResult:
     """Score one split with Ray Data batch inference; metrics from the confusion matrix."""
-    from training.data import read_split
+    from training.data.read import read_split
 
     spec = FeatureSpec.from_dict(state["spec"])
     if spec.classes != manifest.spec.classes:
@@ -196,7 +196,7 @@ def predict_files(
     """Score raw rows (same columns as training); write inputs + prediction, whole or nothing."""
     import pyarrow.parquet as pq
 
-    from training.data import read_raw
+    from training.data.read import read_raw
 
     scored = read_raw(files, fmt).map_batches(
         _BatchPredictor,

@@ -116,7 +116,7 @@ def _trainer_trial(
 def _trainable(config: PipelineConfig, manifest: Manifest, storage_path: str, storage_fs):
     from ray import tune
 
-    from training.data import load_split_arrays
+    from training.data.read import load_split_arrays
 
     sweep = config.sweep
     base = config.model_dump(mode="json")

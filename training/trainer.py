@@ -25,7 +25,7 @@ def training_datasets(
     manifest: Manifest, endpoint_url: str | None = None, materialize: bool = True
 ) -> dict:
     """The train/val Ray Datasets, cached in the object store when small and ``materialize``."""
-    from training.data import read_split
+    from training.data.read import read_split
 
     datasets = {}
     for split in ("train", "val"):

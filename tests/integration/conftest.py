@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from training import data
+from training.data.inputs import fingerprint, resolve_inputs
+from training.data.preprocess import preprocess
 from training.overrides import load_config
 from training.storage import StorageLayout
 
@@ -19,5 +20,5 @@ def layout(tmp_path_factory) -> StorageLayout:
 def manifest(ray_local, layout):
     """The default data, preprocessed once per module into ``layout``."""
     config = load_config(None)
-    files = data.resolve_inputs(config.data)
-    return data.preprocess(config, layout, data.fingerprint(config.data, files), files)
+    files = resolve_inputs(config.data)
+    return preprocess(config, layout, fingerprint(config.data, files), files)

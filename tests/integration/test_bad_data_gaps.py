@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from training.config import DataConfig, PipelineConfig
-from training.data import MANIFEST_FILE, fingerprint, preprocess, resolve_inputs
+from training.data.inputs import fingerprint, resolve_inputs
+from training.data.preprocess import MANIFEST_FILE, preprocess
 from training.errors import DataValidationError
 from training.storage import StorageLayout
 

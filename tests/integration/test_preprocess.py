@@ -11,16 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from training.config import DataConfig, PipelineConfig
-from training.data import (
-    MANIFEST_FILE,
-    fingerprint,
-    load_manifest,
-    load_split_arrays,
-    preprocess,
-    read_split,
-    resolve_inputs,
-)
-from training.datasets import write_synthetic
+from training.data.inputs import fingerprint, resolve_inputs
+from training.data.preprocess import MANIFEST_FILE, load_manifest, preprocess
+from training.data.read import load_split_arrays, read_split
+from training.data.synthetic import write_synthetic
 from training.errors import DataValidationError
 from training.manifest import SPLITS
 from training.storage import StorageLayout

@@ -79,7 +79,7 @@ def _finish(proc: subprocess.Popen, home: Path, timeout: float) -> str:
 def digits_on_s3(s3_server, tmp_path_factory) -> str:
     import pyarrow.fs as pafs
 
-    from training.datasets import ensure_digits
+    from training.data.builtin import ensure_digits
 
     local = ensure_digits(tmp_path_factory.mktemp("digits"))
     pafs.copy_files(local, f"{BUCKET}/input/digits.parquet", destination_filesystem=s3_server.fs())

@@ -11,15 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from training.config import BUILTIN_DIGITS, DataConfig, SplitConfig
-from training.data import (
-    _Plan,
-    _read_error,
-    fingerprint,
-    input_format,
-    resolve_inputs,
-    transform_batch,
-)
-from training.datasets import ensure_digits, synthetic_images, write_synthetic
+from training.data.builtin import ensure_digits
+from training.data.diagnose import read_error
+from training.data.inputs import fingerprint, input_format, resolve_inputs
+from training.data.rows import transform_batch
+from training.data.schema import Plan
+from training.data.synthetic import synthetic_images, write_synthetic
 from training.errors import DataValidationError
 from training.manifest import FeatureSpec
 
@@ -118,17 +115,17 @@ def test_a_ray_read_error_is_traced_to_the_file(tmp_path):
     good, bad = tmp_path / "a.csv", tmp_path / "b.csv"
     good.write_text("x,label\n1,0\n")
     bad.write_text("x,label\n1,0\n2,1,7\n")
-    plan = _Plan("csv", "label", ["x"], None)
+    plan = Plan("csv", "label", ["x"], None)
     files = [str(good), str(bad)]
     # Ray's words for a CSV it cannot parse: the file, but not the reason.
     ray_error = ValueError(f"Failed to read CSV file: {bad}. Please check the CSV file")
-    err = _read_error(ray_error, files, plan, None)
+    err = read_error(ray_error, files, plan, None)
     assert isinstance(err, DataValidationError)
     assert str(bad) in str(err) and "Expected 2 columns, got 3" in str(err)
     assert str(good) not in str(err)
     # Not a read error, or a network one: left alone so that a retry can fix it.
-    assert _read_error(RuntimeError("worker died"), files, plan, None) is None
-    assert _read_error(OSError(f"AWS Error NETWORK_CONNECTION on {bad}"), files, plan, None) is None
+    assert read_error(RuntimeError("worker died"), files, plan, None) is None
+    assert read_error(OSError(f"AWS Error NETWORK_CONNECTION on {bad}"), files, plan, None) is None
 
 
 # --- transform_batch ------------------------------------------------------------------------

@@ -38,7 +38,9 @@ REQUIRED = [
 # The modules a Ray worker imports: none of them may pull in prefect.
 WORKER_MODULES = [
     "training.config",
-    "training.data",
+    "training.data.rows",
+    "training.data.read",
+    "training.data.summary",
     "training.loop",
     "training.model",
     "training.storage",

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from training.config import SplitConfig
-from training.data import assign_splits, row_hashes
+from training.data.rows import assign_splits, row_hashes
 
 
 def _table(n: int, seed: int = 0) -> pd.DataFrame:

@@ -1,14 +1,8 @@
-"""Bundled real data (scikit-learn's digits) and a seeded synthetic generator for scale tests.
-
-Nothing here downloads: the digits ship inside scikit-learn, and the synthetic rows are made from
-them.
-"""
+"""A seeded generator of digit-like images for scale tests and benchmarks: the bundled digits
+upsampled, jittered and noised, as many rows and as large as asked, the same for the same seed."""
 
 from __future__ import annotations
 
-import functools
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,44 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-DIGITS_FILE = "digits.parquet"
-DIGITS_SIDE = 8
+from training.data.builtin import DIGITS_SIDE, digits
+from training.storage import atomic_path
+
 # Rows generated per chunk: bounds memory and makes a table independent of how it is written.
 _CHUNK_ROWS = 20_000
-
-
-@functools.lru_cache(maxsize=1)  # load_digits parses a gzipped CSV: once per process is enough
-def _digits() -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    pixels, labels = bunch.data.astype(np.float32), bunch.target.astype(np.int64)
-    pixels.flags.writeable = labels.flags.writeable = False  # shared by every caller
-    return pixels, labels
-
-
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def ensure_digits(home: Path) -> str:
-    """Write the 1,797 digits to ``<home>/datasets/digits/digits.parquet`` once; return its path.
-
-    Columns ``pixel_00`` ... ``pixel_63`` (float32, 0..16) and ``label`` (int64).
-    """
-    path = Path(home) / "datasets" / "digits" / DIGITS_FILE
-    if not path.exists():
-        pixels, labels = _digits()
-        columns = {f"pixel_{i:02d}": pixels[:, i] for i in range(pixels.shape[1])}
-        columns["label"] = labels
-        _write_atomic(pa.table(columns), path)
-    return str(path)
 
 
 def _upsample_index(side: int) -> np.ndarray:
@@ -65,7 +26,7 @@ def _chunk(
 ) -> pa.Table:
     # One generator per (seed, chunk): the same rows whether built whole or written file by file.
     rng = np.random.default_rng([seed, chunk_index])
-    pixels, labels = _digits()
+    pixels, labels = digits()
     pick = rng.integers(0, len(labels), size=n_rows)
     small = pixels[pick].reshape(n_rows, DIGITS_SIDE, DIGITS_SIDE) / 16.0
     idx = _upsample_index(side)
@@ -134,10 +95,8 @@ def write_synthetic(
         want = min(per_file, n_rows - index * per_file)
         if want <= 0:
             break
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
-        writer = None
-        try:
+        with atomic_path(target) as tmp:
+            writer = None
             while want > 0:
                 if pending is None:
                     pending = next(tables)
@@ -147,8 +106,5 @@ def write_synthetic(
                 writer = writer or pq.ParquetWriter(tmp, part.schema)
                 writer.write_table(part)
             writer.close()
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
         written.append(str(target))
     return written

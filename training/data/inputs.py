@@ -1,0 +1,122 @@
+"""The input files of a run: which files ``data.source`` names, their format, their fingerprint.
+
+Nothing here starts Ray: the driver resolves and fingerprints the inputs before preprocessing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pyarrow.fs as pafs
+
+from training.config import BUILTIN_DIGITS, DataConfig
+from training.data.builtin import ensure_digits
+from training.errors import DataValidationError, ServiceUnreachableError, StorageError
+from training.storage import filesystem, is_remote, join, trainflow_home, upload_file
+
+# Bump when the output of preprocessing changes for the same input and config: old caches die.
+PREPROCESS_VERSION = "1"
+_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+
+
+def _uri(source: str, path: str) -> str:
+    return f"s3://{path}" if source.startswith("s3://") else path
+
+
+def _hidden(relative: str) -> bool:
+    # Spark/Hive markers (_SUCCESS, _temporary) and dot files are not data.
+    return any(part.startswith((".", "_")) for part in relative.split("/"))
+
+
+def resolve_inputs(
+    data: DataConfig, endpoint_url: str | None = None, storage_root: str | None = None
+) -> list[str]:
+    """The input files of ``data.source``: the bundled digits, one file, or a directory's files.
+
+    With a remote ``storage_root`` the bundled digits are copied there first: on a cluster, read
+    tasks run on nodes that do not share the driver's disk.
+    """
+    source = data.source
+    if source == BUILTIN_DIGITS:
+        local = ensure_digits(trainflow_home())
+        if storage_root and is_remote(storage_root):
+            target = join(storage_root, "datasets", "digits", os.path.basename(local))
+            return [upload_file(local, target, endpoint_url)]
+        return [local]
+    if source.startswith("builtin:"):
+        raise DataValidationError(
+            f"unknown built-in data set {source!r}; use {BUILTIN_DIGITS} or a parquet/CSV path"
+        )
+    fs, path = filesystem(source, endpoint_url)
+    try:
+        info = fs.get_file_info(path)
+    except OSError as exc:
+        # Remote: maybe a network blip, so retriable; local: a permission problem, so not.
+        kind = ServiceUnreachableError if is_remote(source) else StorageError
+        raise kind(f"cannot reach {source}: {exc}; check data.source and credentials") from None
+    if info.type == pafs.FileType.NotFound:
+        raise DataValidationError(
+            f"data.source {source!r} does not exist; give an existing file or directory "
+            f"(absolute path or s3://bucket/key) or {BUILTIN_DIGITS}"
+        )
+    if info.type == pafs.FileType.File:
+        files = [_uri(source, path)]
+        input_format(data, files)  # fail now on an unknown suffix
+        return files
+    wanted = {s for s, f in _SUFFIXES.items() if data.format in ("auto", f)}
+    found = []
+    for entry in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
+        relative = entry.path[len(path) :].lstrip("/")
+        suffix = os.path.splitext(entry.path)[1].lower()
+        if entry.type == pafs.FileType.File and suffix in wanted and not _hidden(relative):
+            found.append(_uri(source, entry.path))
+    if not found:
+        kinds = "/".join(sorted(wanted))
+        raise DataValidationError(
+            f"directory {source!r} holds no {kinds} files; put the data files there or point "
+            "data.source at a file"
+        )
+    files = sorted(found)
+    input_format(data, files)
+    return files
+
+
+def input_format(data: DataConfig, files: list[str]) -> str:
+    """``parquet`` or ``csv``: ``data.format``, else every file's suffix (which must agree)."""
+    if data.format != "auto":
+        return data.format
+    formats = set()
+    for file in files:
+        suffix = os.path.splitext(file)[1].lower()
+        if suffix not in _SUFFIXES:
+            raise DataValidationError(
+                f"cannot tell the format of {file!r} from its suffix {suffix!r}; "
+                "set data.format to parquet or csv"
+            )
+        formats.add(_SUFFIXES[suffix])
+    if len(formats) > 1:
+        raise DataValidationError(
+            f"{data.source!r} mixes parquet and CSV files; keep one format there, or set "
+            "data.format to read only one of them"
+        )
+    return formats.pop()
+
+
+def fingerprint(data: DataConfig, files: list[str], endpoint_url: str | None = None) -> str:
+    """16 hex chars of sha256 over every input file's bytes, the data config and the version."""
+    digest = hashlib.sha256(f"trainflow-preprocess:{PREPROCESS_VERSION}\n".encode())
+    digest.update(json.dumps(data.model_dump(mode="json"), sort_keys=True).encode())
+    for file in files:
+        fs, path = filesystem(file, endpoint_url)
+        per_file = hashlib.sha256()
+        try:
+            with fs.open_input_stream(path) as stream:
+                while chunk := stream.read(1 << 20):
+                    per_file.update(chunk)
+        except (FileNotFoundError, PermissionError) as exc:
+            raise DataValidationError(f"cannot read input file {file}: {exc}; check it") from None
+        # A digest per file keeps file boundaries: moving bytes between files changes the result.
+        digest.update(per_file.digest())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,156 @@
+"""The preprocessing stage: read, validate, split, fit train statistics, transform, write parquet.
+
+The output directory ``<storage>/data/<fingerprint>/`` holds ``split=train|val|test/*.parquet``
+with columns ``features`` (fixed-size float32 list), ``label`` (int64 class index) and
+``sample_id`` (int64 row hash), and ``manifest.json``, written last as the completion marker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import uuid
+from typing import TYPE_CHECKING
+
+from training.config import DataConfig, PipelineConfig
+from training.data.diagnose import naming_bad_files
+from training.data.inputs import input_format
+from training.data.read import input_bytes, read_input
+from training.data.rows import SPLIT, output_rows
+from training.data.schema import check_schema
+from training.data.summary import Stats, summarise
+from training.data.validate import feature_spec, validate
+from training.errors import DataValidationError, StorageError
+from training.manifest import SPLITS, FeatureSpec, Manifest
+from training.storage import (
+    StorageLayout,
+    delete_dir,
+    exists,
+    filesystem,
+    is_remote,
+    join,
+    read_text,
+    write_text_atomic,
+)
+
+if TYPE_CHECKING:
+    import ray.data
+
+log = logging.getLogger(__name__)
+
+MANIFEST_FILE = "manifest.json"
+# Rows per map_batches call: bounds worker memory for wide images.
+BATCH_ROWS = 4096
+# Inputs smaller than this (bytes on disk) are read once into the object store and both passes
+# (summary, then transform + write) run over it. Each Ray Data execution of a parquet read
+# starts and kills its own footer-reading actor and re-reads the files; larger inputs stream.
+CACHE_INPUT_BELOW_BYTES = 64 * 1024**2
+
+
+def load_manifest(data_dir: str, endpoint_url: str | None = None) -> Manifest | None:
+    """The manifest of a completed preprocessing output, or None if it is not complete."""
+    uri = join(data_dir, MANIFEST_FILE)
+    if not exists(uri, endpoint_url):
+        return None
+    try:
+        return Manifest.from_json(read_text(uri, endpoint_url))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise StorageError(
+            f"{uri} is not a valid manifest ({exc}); delete {data_dir} to preprocess again"
+        ) from None
+
+
+def preprocess(
+    config: PipelineConfig, layout: StorageLayout, fingerprint: str, files: list[str]
+) -> Manifest:
+    """Validate, split, normalise and write the data once per fingerprint (Ray must be running)."""
+    data_dir = layout.data_dir(fingerprint)
+    done = load_manifest(data_dir, layout.endpoint_url)
+    if done is not None:
+        log.info("reusing preprocessed data %s (manifest exists)", data_dir)
+        return done
+    data = config.data
+    in_endpoint = config.storage.endpoint_url
+    if not files:
+        raise DataValidationError(f"no input files for {data.source!r}; check data.source")
+    plan = check_schema(data, files, input_format(data, files), in_endpoint)
+    ds = read_input(files, plan, in_endpoint)
+    if input_bytes(files, in_endpoint) < CACHE_INPUT_BELOW_BYTES:
+        with naming_bad_files(files, plan, in_endpoint):
+            ds = ds.materialize()
+
+    stats = Stats()
+    summaries = _per_batch(ds, summarise, {"plan": plan, "split": data.split})
+    with naming_bad_files(files, plan, in_endpoint):
+        for row in summaries.iter_rows():
+            stats.add(pickle.loads(row["summary"]))
+    classes = validate(stats, data, plan, files)
+    spec = feature_spec(stats, data, plan, classes)
+
+    rows_out = _per_batch(
+        ds, output_rows, {"spec": spec, "split": data.split}, udf_modifying_row_count=False
+    )
+    with naming_bad_files(files, plan, in_endpoint):
+        _write(rows_out, data_dir, layout.endpoint_url)
+
+    manifest = _manifest(fingerprint, data, data_dir, files, stats, spec)
+    # Last: the manifest is the completion marker.
+    write_text_atomic(join(data_dir, MANIFEST_FILE), manifest.to_json(), layout.endpoint_url)
+    log.info("preprocessed %d rows into %s", stats.rows, data_dir)
+    return manifest
+
+
+def _manifest(
+    fingerprint: str,
+    data: DataConfig,
+    data_dir: str,
+    files: list[str],
+    stats: Stats,
+    spec: FeatureSpec,
+) -> Manifest:
+    """What was written: where each split lies, its rows per class, and how it was made."""
+    class_counts = {
+        s: {str(v): stats.class_counts[s][v] for v in spec.classes if v in stats.class_counts[s]}
+        for s in SPLITS
+    }
+    return Manifest(
+        fingerprint=fingerprint,
+        source=data.source,
+        data_dir=data_dir,
+        split_uris={s: join(data_dir, f"{SPLIT}={s}") for s in SPLITS},
+        rows={s: sum(class_counts[s].values()) for s in SPLITS},
+        class_counts=class_counts,
+        spec=spec,
+        preprocessing=data.model_dump(mode="json"),
+        input_files=list(files),
+    )
+
+
+def _per_batch(ds: ray.data.Dataset, fn, kwargs: dict, **options) -> ray.data.Dataset:
+    """``fn(batch, **kwargs)`` over pandas batches of ``BATCH_ROWS`` rows (lazy)."""
+    return ds.map_batches(
+        fn, batch_format="pandas", batch_size=BATCH_ROWS, fn_kwargs=kwargs, **options
+    )
+
+
+def _write(rows: ray.data.Dataset, data_dir: str, endpoint_url: str | None) -> None:
+    """Write the split directories: staged and renamed into place locally, in place on S3."""
+    # Split directories without a manifest are leftovers of a failed attempt.
+    for s in SPLITS:
+        delete_dir(join(data_dir, f"{SPLIT}={s}"), endpoint_url)
+    if is_remote(data_dir):
+        # No rename on S3: write in place; the manifest still comes last.
+        fs, path = filesystem(data_dir, endpoint_url)
+        rows.write_parquet(path, partition_cols=[SPLIT], filesystem=fs)
+        return
+    staging = join(data_dir, f"_incoming-{uuid.uuid4().hex[:12]}")
+    try:
+        rows.write_parquet(staging, partition_cols=[SPLIT])
+        for s in SPLITS:
+            src = join(staging, f"{SPLIT}={s}")
+            if os.path.isdir(src):
+                os.replace(src, join(data_dir, f"{SPLIT}={s}"))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

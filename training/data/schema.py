@@ -1,0 +1,154 @@
+"""The driver's look at the input before any heavy pass: every file's parquet footer or CSV
+header must hold the label and feature (or image) columns, with numbers in them.
+
+The result is the ``Plan`` every later pass reads by: format and columns.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from training.config import DataConfig
+from training.data.columns import check_image_shape, not_numeric, require_columns
+from training.errors import DataValidationError, ServiceUnreachableError
+from training.storage import filesystem
+
+log = logging.getLogger(__name__)
+
+#: How a message about one bad input file ends.
+FIX_FILE = "re-export it or remove it from the input directory"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the passes read: the format, the label, and the feature columns or image column."""
+
+    fmt: str
+    label: str
+    features: list[str] | None
+    image: str | None
+
+    @property
+    def columns(self) -> list[str]:
+        return [*(self.features or [self.image]), self.label]
+
+
+def is_numeric(dtype: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(dtype)
+        or pa.types.is_floating(dtype)
+        or pa.types.is_boolean(dtype)
+        or pa.types.is_decimal(dtype)
+    )
+
+
+def csv_options(plan: Plan) -> dict[str, Any]:
+    """Keyword arguments of a CSV read that yields the plan's columns with fixed types."""
+    import pyarrow.csv as pacsv
+
+    # Fixed feature types: blocks (and files) whose inference differs (int vs float) still concat.
+    # strings_can_be_null: an empty label cell is a missing label, not a class named "".
+    options = pacsv.ConvertOptions(
+        column_types={c: pa.float64() for c in plan.features or []},
+        include_columns=plan.columns,
+        strings_can_be_null=True,
+    )
+    return {"convert_options": options}
+
+
+def _file_schema(file: str, fmt: str, endpoint_url: str | None) -> tuple[pa.Schema, int | None]:
+    """(schema, rows) from a parquet footer, or (schema, None) from a CSV's first block."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    fs, path = filesystem(file, endpoint_url)
+    try:
+        if fmt == "parquet":
+            meta = pq.read_metadata(path, filesystem=fs)
+            return meta.schema.to_arrow_schema(), meta.num_rows
+        with fs.open_input_stream(path) as stream:
+            return pacsv.open_csv(stream).schema, None
+    except (pa.ArrowInvalid, OSError) as exc:
+        if is_network(exc):
+            raise ServiceUnreachableError(
+                f"cannot read {file}: {exc}; check the network and storage.endpoint_url"
+            ) from None
+        raise DataValidationError(
+            f"input file {file} is not a readable {fmt} file ({exc}); {FIX_FILE}"
+        ) from None
+
+
+def is_network(exc: BaseException) -> bool:
+    # pyarrow reports S3 trouble as OSError, like a corrupt file: a retry may fix only these.
+    text = str(exc)
+    return isinstance(exc, (ConnectionError, TimeoutError)) or any(
+        hint in text for hint in ("AWS Error", "curl", "Connection refused", "timed out")
+    )
+
+
+def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str | None) -> Plan:
+    """Check every file's columns from its footer or header; the plan the passes read by."""
+    features = list(data.feature_columns) if data.feature_columns else None
+    which = "data.feature_columns" if data.feature_columns else "the first file's columns"
+    width = None
+    total_rows: int | None = 0
+    for file in files:
+        schema, rows = _file_schema(file, fmt, endpoint_url)
+        total_rows = None if rows is None or total_rows is None else total_rows + rows
+        require_columns(file, schema.names, label=data.label_column)
+        if data.image_column is not None:
+            width = _check_image_column(file, schema, data.image_column)
+            continue
+        if features is None:
+            features = _numeric_columns(file, schema, data.label_column)
+        fix = f"Fix data.feature_columns or {FIX_FILE}"
+        require_columns(file, schema.names, features=features, origin=f" (from {which})", fix=fix)
+        types = {c: schema.field(c).type for c in features}
+        bad = {c: str(t) for c, t in types.items() if not is_numeric(t)}
+        if bad:
+            raise not_numeric(file, bad)
+        width = len(features)
+    if total_rows == 0:
+        raise DataValidationError(
+            f"the input has no rows (all {len(files)} file(s) are empty: {files[:3]}); point "
+            "data.source at data with rows"
+        )
+    if width is not None:
+        check_image_shape(data.image_shape, width)
+    return Plan(fmt, data.label_column, features, data.image_column)
+
+
+def _numeric_columns(file: str, schema: pa.Schema, label: str) -> list[str]:
+    """No data.feature_columns: every numeric column of the first file but the label."""
+    features = [n for n in schema.names if n != label and is_numeric(schema.field(n).type)]
+    skipped = [n for n in schema.names if n != label and n not in features]
+    if skipped:
+        log.warning("skipping non-numeric columns %s of %s", skipped[:20], file)
+    if not features:
+        raise DataValidationError(
+            f"{file} has no numeric column besides the label {label!r}; set "
+            "data.feature_columns or data.image_column"
+        )
+    return features
+
+
+def _check_image_column(file: str, schema: pa.Schema, column: str) -> int | None:
+    """The width of an image column of fixed-size numeric arrays (None: not known yet)."""
+    require_columns(file, schema.names, image=column)
+    dtype = schema.field(column).type
+    shape = getattr(dtype, "shape", None)  # Ray's tensor extension types
+    if shape is not None and all(isinstance(d, int) and d > 0 for d in shape):
+        return math.prod(shape)
+    storage = dtype.storage_type if isinstance(dtype, pa.ExtensionType) else dtype
+    is_list = pa.types.is_list(storage) or pa.types.is_large_list(storage)
+    if (is_list or pa.types.is_fixed_size_list(storage)) and is_numeric(storage.value_type):
+        return storage.list_size if pa.types.is_fixed_size_list(storage) else None
+    raise DataValidationError(
+        f"image column {column!r} in {file} has type {dtype}; data.image_column needs a column of "
+        "fixed-size numeric arrays (e.g. list<float>)"
+    )

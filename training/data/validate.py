@@ -1,0 +1,108 @@
+"""What the summary of the whole input decides: refuse data a classifier cannot learn from, or
+fix the classes and the normalisation (train statistics) of every row."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from training.config import DataConfig
+from training.data.columns import check_image_shape, ragged
+from training.data.schema import Plan
+from training.data.summary import Stats
+from training.errors import DataValidationError
+from training.manifest import SPLITS, FeatureSpec
+
+MAX_CLASSES = 1000
+
+
+def _sorted_classes(values: set) -> list[Any]:
+    # Class i is the i-th value: a stable order for every run over the same data.
+    try:
+        return sorted(values)
+    except TypeError:  # mixed types: order by type name, then value text
+        return sorted(values, key=lambda v: (type(v).__name__, str(v)))
+
+
+def validate(stats: Stats, data: DataConfig, plan: Plan, files: list[str]) -> list[Any]:
+    """Raise on unusable data; return the sorted classes."""
+    _check_values(stats, data, plan, files)
+    totals: dict[Any, int] = {}
+    for per_class in stats.class_counts.values():
+        for value, n in per_class.items():
+            totals[value] = totals.get(value, 0) + n
+    _check_classes(totals, data)
+    for s in SPLITS:
+        if not stats.class_counts[s]:
+            raise DataValidationError(
+                f"the {s} split got no rows out of {stats.rows}; add rows or raise data.split.val"
+                "/test"
+            )
+    return _sorted_classes(set(totals))
+
+
+def _check_values(stats: Stats, data: DataConfig, plan: Plan, files: list[str]) -> None:
+    """Rows there, every label set, every feature finite, one width that fits the image shape."""
+    if stats.rows == 0:
+        raise DataValidationError(
+            f"the input has no rows ({len(files)} file(s): {files[:3]}); point data.source at "
+            "data with rows"
+        )
+    if stats.null_labels:
+        raise DataValidationError(
+            f"{stats.null_labels} of {stats.rows} rows have no value in label column "
+            f"{data.label_column!r}; drop or fill those rows before training"
+        )
+    if stats.nonfinite:
+        detail = ", ".join(f"{k!r}: {v}" for k, v in list(stats.nonfinite.items())[:10])
+        raise DataValidationError(
+            f"feature values are NaN or infinite ({detail}); drop or impute those rows, or leave "
+            "the columns out of data.feature_columns"
+        )
+    if len(stats.widths) > 1:
+        raise ragged(plan.image, stats.widths)
+    check_image_shape(data.image_shape, next(iter(stats.widths)), plan.image)
+
+
+def _check_classes(totals: dict[Any, int], data: DataConfig) -> None:
+    """Between two and MAX_CLASSES classes, each with enough rows to reach every split."""
+    label = data.label_column
+    if len(totals) > MAX_CLASSES:
+        raise DataValidationError(
+            f"label column {label!r} has {len(totals)} distinct values (more than {MAX_CLASSES}); "
+            "it is probably not a class label: set data.label_column to the class column"
+        )
+    if len(totals) < 2:
+        raise DataValidationError(
+            f"label column {label!r} has a single value {list(totals)}; a classifier needs at "
+            "least two classes"
+        )
+    smallest = min(data.split.val, data.split.test)
+    need = math.ceil(1 / smallest - 1e-9)
+    small = {v: n for v, n in totals.items() if n < need}
+    if small:
+        detail = ", ".join(f"class {v!r} has {n}" for v, n in list(small.items())[:10])
+        raise DataValidationError(
+            f"too few rows per class for the split ({detail}); with data.split.val="
+            f"{data.split.val} and test={data.split.test} each class needs at least {need} rows. "
+            "Add rows, drop those classes, or raise data.split.val/test"
+        )
+
+
+def feature_spec(stats: Stats, data: DataConfig, plan: Plan, classes: list[Any]) -> FeatureSpec:
+    """The features' shape and the train split's mean and std, to normalise every row with."""
+    n_train, mean, m2 = stats.train
+    std = np.sqrt(m2 / n_train)
+    std = np.where(std > 0, std, 1.0)  # constant columns: leave them centred, not divided by 0
+    width = next(iter(stats.widths))
+    return FeatureSpec(
+        label_column=data.label_column,
+        classes=classes,
+        input_shape=list(data.image_shape) if data.image_shape else [width],
+        mean=[float(v) for v in np.broadcast_to(mean, (width,))],
+        std=[float(v) for v in np.broadcast_to(std, (width,))],
+        feature_columns=plan.features,
+        image_column=plan.image,
+    )
