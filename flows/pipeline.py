@@ -5,17 +5,19 @@ from __future__ import annotations
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import Any
 
 from prefect import flow, get_run_logger, runtime
 from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import ExternalSignal
 
-from flows.summary import summary_markdown
 from tasks import stages
-from training import cluster, report, signals, tracking
+from training import cluster, signals, tracking
 from training.config import PipelineConfig
+from training.report.html import report_html, report_plots
+from training.report.markdown import report_markdown, summary_markdown
+from training.secrets import redact
 from training.storage import StorageLayout, exists, join
+from training.summary import DataSummary, MlflowSummary, ModelSummary, RunSummary
 
 STAGES = ("preprocess", "sweep", "train", "evaluate", "promote")
 
@@ -44,7 +46,7 @@ class StageClock:
 
 
 @flow(name="pipeline", log_prints=True)
-def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) -> dict[str, Any]:
+def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) -> RunSummary:
     """Preprocess -> sweep -> train -> evaluate -> promote, each a retriable task."""
     config = config or PipelineConfig()
     run_id = run_id or default_run_id()
@@ -84,7 +86,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     return summary
 
 
-def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> dict[str, Any]:
+def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummary:
     layout = StorageLayout.from_config(config)
     with clock.stage("preprocess"):
         files, fingerprint = stages.inspect_data(config)
@@ -117,45 +119,44 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> dict[str,
     with clock.stage("promote"):
         model = stages.promote(best_config, manifest, train_outcome, train_run, eval_result, parent)
 
-    summary = {
-        "run_id": run_id,
-        "data": {
-            "source": manifest.source,
-            "fingerprint": manifest.fingerprint,
-            "rows": manifest.rows,
-            "preprocess_cached": cached,
-        },
-        "sweep": sweep_outcome.to_dict() if sweep_outcome else None,
-        "test_metrics": eval_result.metrics,
-        "mlflow": {
-            "tracking_uri": tracking.redact(tracker.tracking_uri),
-            "experiment": config.mlflow.experiment,
-            "experiment_id": tracker.experiment_id,
-            "parent_run_id": parent,
-            "train_run_id": train_run,
-            "ui_command": tracker.ui_command(),
-        },
-        "model": model,
-        "checkpoint": train_outcome.checkpoint_path,
-        "storage": layout.runs_dir(run_id),
-        "stage_seconds": clock.seconds,
-    }
-    summary["report"] = _publish_report(
+    summary = RunSummary(
+        run_id=run_id,
+        data=DataSummary(
+            source=manifest.source,
+            fingerprint=manifest.fingerprint,
+            rows=manifest.rows,
+            preprocess_cached=cached,
+        ),
+        sweep=sweep_outcome,
+        test_metrics=eval_result.metrics,
+        mlflow=MlflowSummary(
+            tracking_uri=redact(tracker.tracking_uri),
+            experiment=config.mlflow.experiment,
+            experiment_id=tracker.experiment_id,
+            parent_run_id=parent,
+            train_run_id=train_run,
+            ui_command=tracker.ui_command(),
+        ),
+        model=ModelSummary(**model),
+        checkpoint=train_outcome.checkpoint_path,
+        storage=layout.runs_dir(run_id),
+        stage_seconds=clock.seconds,
+    )
+    summary.report = _publish_report(
         config, tracker, parent, summary, train_outcome.history, eval_result
     )
-    tracker.log_dict(parent, summary, "summary.json")
+    tracker.log_dict(parent, summary.to_dict(), "summary.json")
     return summary
 
 
-def _publish_report(config, tracker, parent, summary, train_history, eval_result) -> str | None:
+def _publish_report(
+    config, tracker, parent, summary: RunSummary, train_history, eval_result
+) -> str | None:
     """The run's HTML report: logged to the parent run as report.html and announced as a Prefect
     artifact; returns where to open it. A report that cannot be built is a warning: the run's
     results (model version, gate) stand."""
-    import yaml
-
     logger = get_run_logger()
     try:
-        resolved = config.model_dump(mode="json")
         links = {}
         if tracker.run_url(parent):
             links["this run in the MLflow UI"] = tracker.run_url(parent)
@@ -167,32 +168,25 @@ def _publish_report(config, tracker, parent, summary, train_history, eval_result
             if trials:
                 links["the sweep's trials side by side"] = tracker.compare_url(trials)
         with tempfile.TemporaryDirectory() as tmp:
-            plots = report.pipeline_plots(
+            plots = report_plots(
                 tmp,
-                sweep=summary["sweep"],
+                sweep=summary.sweep,
                 asha=config.sweep.asha,
                 train_history=train_history,
                 per_class=eval_result.per_class,
                 confusion=eval_result.confusion,
                 class_names=eval_result.class_names,
             )
-            html = report.pipeline_report_html(
-                summary,
-                resolved,
-                plots,
-                config_text=tracking.redact(yaml.safe_dump(resolved, sort_keys=False)),
-                per_class=eval_result.per_class,
-                links=links,
-            )
+            html = report_html(summary, config, plots, per_class=eval_result.per_class, links=links)
         tracker.log_text(parent, html, "report.html")
         location = tracker.artifact_url(parent, "report.html")
     except Exception as exc:  # the report must not fail a finished run
         logger.warning("the HTML report was not built: %s: %s", type(exc).__name__, exc)
         return None
     create_markdown_artifact(
-        report.report_markdown(summary, location),
+        report_markdown(summary, location),
         key="trainflow-report",
-        description=f"trainflow report of run {summary['run_id']}",
+        description=f"trainflow report of run {summary.run_id}",
     )
     logger.info("report: %s", location)
     return location

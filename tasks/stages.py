@@ -11,12 +11,15 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.policy import STAGE_TASK_OPTIONS
-from training import cluster, report, tracking
+from training import cluster, tracking
 from training.config import PipelineConfig
 from training.data import inputs
 from training.data import preprocess as preprocessing
 from training.evaluate import EvalResult, evaluate_state, serving_model
 from training.manifest import Manifest
+from training.report.plots import evaluation_plots, learning_curves_png
+from training.report.sweep_plots import sweep_plots
+from training.report.trials import TrialRow, sweep_saving, trial_rows
 from training.storage import StorageLayout
 from training.sweep import SweepOutcome, run_sweep
 from training.trainer import TrainOutcome, train_final
@@ -82,8 +85,7 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         callbacks=[tracker.tune_callback(sweep_run)],
     )
     statuses = [t.status for t in outcome.trials]
-    summary = outcome.to_dict()
-    saving = report.sweep_saving(summary)
+    saving = sweep_saving(outcome)
     tracker.log_metrics(
         sweep_run,
         {
@@ -97,7 +99,7 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
             "epochs_saved_fraction": saving,
         },
     )
-    rows = {row["trial_id"]: row for row in report.trial_rows(summary, config.sweep.asha)}
+    rows = {row.trial.trial_id: row for row in trial_rows(outcome, config.sweep.asha)}
     best = rows.get(outcome.best_trial_id or "")
     trial_runs = _tag_trial_fates(tracker, sweep_run, outcome, rows)
     tracker.set_tags(
@@ -105,21 +107,21 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         {
             "best_trial_id": outcome.best_trial_id,
             "best_params": outcome.best_params,
-            "best_trial_name": best["name"] if best else "none",
+            "best_trial_name": best.name if best else "none",
             "best_trial_run_id": trial_runs.get(outcome.best_trial_id or "", "none"),
             **{f"best.{key}": value for key, value in outcome.best_params.items()},
             "mlflow.note.content": _sweep_note(outcome, best, saving),
         },
     )
-    tracker.log_dict(sweep_run, summary, "sweep_summary.json")
+    tracker.log_dict(sweep_run, outcome.to_dict(), "sweep_summary.json")
     with tempfile.TemporaryDirectory() as tmp:
-        for path in report.sweep_plots(summary, config.sweep.asha, tmp).values():
+        for path in sweep_plots(outcome, config.sweep.asha, tmp).values():
             tracker.log_artifact(sweep_run, path, "plots")
     tracker.end_run(sweep_run)
     return outcome
 
 
-def _sweep_note(outcome: SweepOutcome, best: dict[str, Any] | None, saving: float | None) -> str:
+def _sweep_note(outcome: SweepOutcome, best: TrialRow | None, saving: float | None) -> str:
     """The sweep run's description in the MLflow UI (markdown)."""
     statuses = [t.status for t in outcome.trials]
     lines = [
@@ -130,13 +132,13 @@ def _sweep_note(outcome: SweepOutcome, best: dict[str, Any] | None, saving: floa
         + (f" ({saving:.0%} saved by early stopping)." if saving is not None else "."),
     ]
     if best:
-        lines += ["", f"Best: **{best['name']}**, {outcome.metric} = {outcome.best_metric:.4f}."]
+        lines += ["", f"Best: **{best.name}**, {outcome.metric} = {outcome.best_metric:.4f}."]
     lines += ["", "Plots: artifacts/plots (learning curves, ASHA rungs, parameter vs metric)."]
     return "\n".join(lines)
 
 
 def _tag_trial_fates(
-    tracker, sweep_run: str, outcome: SweepOutcome, rows: dict[str, dict[str, Any]]
+    tracker, sweep_run: str, outcome: SweepOutcome, rows: dict[str, TrialRow]
 ) -> dict[str, str]:
     """Name each trial's MLflow run ("trial 03 · lr=0.0031") and tag how it ended: completed,
     stopped by ASHA (at which rung), errored (why). Returns trial id -> MLflow run id."""
@@ -149,22 +151,22 @@ def _tag_trial_fates(
         trial = next((t for i, t in by_id.items() if trial_name.endswith(i)), None)
         if trial is None:
             continue
-        row = rows.get(trial.trial_id, {})
+        row = rows.get(trial.trial_id)
         tags = {"trainflow.trial_id": trial.trial_id, "trainflow.fate": trial.status}
-        if row.get("fate"):
-            tags["trainflow.fate_detail"] = row["fate"]
-            tags["mlflow.note.content"] = row["fate"]
+        if row and row.fate:
+            tags["trainflow.fate_detail"] = row.fate
+            tags["mlflow.note.content"] = row.fate
         if trial.status == "stopped-early":
             tags["trainflow.stopped_at_iteration"] = trial.epochs
-            if row.get("rung"):
-                tags["trainflow.stopped_at_rung"] = row["rung"]
+            if row and row.rung:
+                tags["trainflow.stopped_at_rung"] = row.rung
         if trial.error:
             tags["trainflow.error"] = trial.error
         if trial.trial_id == outcome.best_trial_id:
             tags["trainflow.best"] = "true"
         tracker.set_tags(run.info.run_id, tags)
-        if row.get("name"):
-            tracker.rename_run(run.info.run_id, row["name"])
+        if row and row.name:
+            tracker.rename_run(run.info.run_id, row.name)
         found[trial.trial_id] = run.info.run_id
     return found
 
@@ -185,7 +187,7 @@ def train(
     tracker.log_history(train_run, outcome.history, step_key="epoch")
     tracker.set_tags(train_run, {"checkpoint_path": outcome.checkpoint_path})
     with tempfile.TemporaryDirectory() as tmp:
-        curves = report.learning_curves_png(outcome.history, os.path.join(tmp, "curves.png"))
+        curves = learning_curves_png(outcome.history, os.path.join(tmp, "curves.png"))
         tracker.log_artifact(train_run, curves, "plots")
     tracker.end_run(train_run)
     return outcome, train_run
@@ -223,7 +225,7 @@ def evaluate(
         eval_run, {"classes": result.class_names, "matrix": result.confusion}, "confusion.json"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        plots = report.evaluation_plots(result.per_class, result.confusion, result.class_names, tmp)
+        plots = evaluation_plots(result.per_class, result.confusion, result.class_names, tmp)
         for png in plots.values():
             tracker.log_artifact(eval_run, png, "plots")
     tracker.log_metrics(parent_run, result.metrics)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -15,6 +15,9 @@ from trainflow import stack_commands
 from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
 from training.errors import ConfigError, TrainflowError
+
+if TYPE_CHECKING:
+    from training.summary import RunSummary
 
 app = typer.Typer(
     cls=ReportingGroup,
@@ -107,10 +110,10 @@ def run(
     if summary_json is not None:
         import json
 
-        summary_json.write_text(json.dumps(summary, indent=2, default=str))
+        summary_json.write_text(json.dumps(summary.to_dict(), indent=2, default=str))
 
 
-def print_summary(summary: dict[str, Any]) -> None:
+def print_summary(summary: RunSummary) -> None:
     from trainflow.render import summary_tables
 
     for table in summary_tables(summary):

@@ -66,6 +66,8 @@ def test_summary_names_every_stage_and_prints_it(first_run):
     assert summary["data"]["preprocess_cached"] is False
     assert summary["test_metrics"]["test_accuracy"] > 0.8
     assert summary["model"]["decision"] == "first-model"
+    # The HTML report is best effort (a warning when it fails): this run must have one.
+    assert summary["report"] and summary["report"].endswith("report.html")
     for text in ("test_accuracy", "mlflow ui", summary["mlflow"]["parent_run_id"]):
         assert text in proc.stdout, text
 
@@ -103,6 +105,9 @@ def test_mlflow_run_tree_histories_and_registry(first_run, client):
     parent = client.get_run(summary["mlflow"]["parent_run_id"])
     assert parent.info.status == "FINISHED"
     assert parent.data.params["train.num_workers"] == "2"
+    assert {"report.html", "summary.json"} <= {
+        a.path for a in client.list_artifacts(parent.info.run_id)
+    }
 
     stages = {
         r.data.tags.get("trainflow.stage"): r

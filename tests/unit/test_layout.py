@@ -34,6 +34,12 @@ REQUIRED = [
     "training.storage",
     "training.cluster",
     "training.manifest",
+    "training.summary",
+    "training.report.plots",
+    "training.report.sweep_plots",
+    "training.report.trials",
+    "training.report.html",
+    "training.report.markdown",
 ]
 # The modules a Ray worker imports: none of them may pull in prefect.
 WORKER_MODULES = [

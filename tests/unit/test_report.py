@@ -1,15 +1,26 @@
-"""training.report: real PNG files, the series each plot shows, trial names and fates, and the
-self-contained HTML report, all on synthetic run data."""
+"""training.report: real PNG files, the series each plot shows, trial names and fates, the
+self-contained HTML report (its jinja2 template), the markdown artifacts and the typed
+RunSummary, all on synthetic run data."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from training import report
-from training.report import confusion_matrix_png, learning_curves_png
+from training.config import AshaConfig, PipelineConfig
+from training.report import html, markdown, sweep_plots, trials
+from training.report.plots import (
+    confusion_matrix_png,
+    evaluation_plots,
+    learning_curves_png,
+    per_class_figure,
+    pyplot,
+)
+from training.summary import DataSummary, MlflowSummary, ModelSummary, RunSummary
+from training.sweep import SweepOutcome, TrialSummary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -55,7 +66,7 @@ def test_learning_curves_empty_history(tmp_path):
 # ---------------------------------------------------------------- sweep trials: names and fates
 
 
-ASHA = {"max_t": 4, "grace_period": 1, "reduction_factor": 2}
+ASHA = AshaConfig(max_t=4, grace_period=1, reduction_factor=2)
 
 
 def _history(epochs: int, start: float) -> list[dict]:
@@ -70,9 +81,9 @@ def _history(epochs: int, start: float) -> list[dict]:
     ]
 
 
-def synthetic_sweep() -> dict:
-    """A SweepOutcome.to_dict() of 4 trials over two params: one completed (the best), two
-    stopped by ASHA at rungs 1 and 2, one errored."""
+def synthetic_sweep() -> SweepOutcome:
+    """4 trials over two params: one completed (the best), two stopped by ASHA at rungs 1 and 2,
+    one errored."""
     trials = [
         ("abc12_00000", 0.0031, 64, "completed", 4, None),
         ("abc12_00001", 0.0002, 32, "stopped-early", 1, None),
@@ -83,25 +94,25 @@ def synthetic_sweep() -> dict:
     for k, (trial_id, lr, bs, status, epochs, error) in enumerate(trials):
         history = _history(epochs, 0.5 - 0.1 * k)
         rows.append(
-            {
-                "trial_id": trial_id,
-                "params": {"train.lr": lr, "train.batch_size": bs},
-                "status": status,
-                "epochs": epochs,
-                "metrics": {k: v for k, v in history[-1].items() if k != "epoch"},
-                "error": error,
-                "history": history,
-            }
+            TrialSummary(
+                trial_id=trial_id,
+                params={"train.lr": lr, "train.batch_size": bs},
+                status=status,
+                epochs=epochs,
+                metrics={k: v for k, v in history[-1].items() if k != "epoch"},
+                error=error,
+                history=history,
+            )
         )
-    return {
-        "best_trial_id": "abc12_00000",
-        "best_params": {"train.lr": 0.0031, "train.batch_size": 64},
-        "best_metric": rows[0]["metrics"]["val_accuracy"],
-        "metric": "val_accuracy",
-        "trials": rows,
-        "epochs_spent": 8,
-        "epochs_budget": 16,
-    }
+    return SweepOutcome(
+        best_trial_id="abc12_00000",
+        best_params={"train.lr": 0.0031, "train.batch_size": 64},
+        best_metric=rows[0].metrics["val_accuracy"],
+        metric="val_accuracy",
+        trials=rows,
+        epochs_spent=8,
+        epochs_budget=16,
+    )
 
 
 def legend_lines(ax) -> list:
@@ -110,55 +121,63 @@ def legend_lines(ax) -> list:
 
 
 def test_trial_run_name_has_number_and_params():
-    name = report.trial_run_name("f3f1c_00003", {"train.lr": 0.0031234, "train.batch_size": 64})
+    name = trials.trial_run_name("f3f1c_00003", {"train.lr": 0.0031234, "train.batch_size": 64})
     assert name == "trial 03 · lr=0.0031 bs=64"
-    assert report.trial_run_name("x_00012", {}, width=3) == "trial 012"
-    assert report.trial_run_name("weird", {"model.hidden_sizes": [128, 64]}) == (
+    assert trials.trial_run_name("x_00012", {}, width=3) == "trial 012"
+    assert trials.trial_run_name("weird", {"model.hidden_sizes": [128, 64]}) == (
         "trial weird · hidden=128x64"
     )
-    assert len(report.trial_run_name("t_00001", {"k": "v" * 400})) == report.MAX_RUN_NAME
+    assert len(trials.trial_run_name("t_00001", {"k": "v" * 400})) == trials.MAX_RUN_NAME
 
 
 def test_asha_milestones_mirror_ray():
-    assert report.asha_milestones(3, 1, 2) == [1, 2]
-    assert report.asha_milestones(10, 1, 3) == [1, 3, 9]
-    assert report.asha_milestones(10, 2, 2) == [2, 4, 8]
-    assert report.asha_milestones(4, 4, 2) == [4]
+    assert trials.asha_milestones(3, 1, 2) == [1, 2]
+    assert trials.asha_milestones(10, 1, 3) == [1, 3, 9]
+    assert trials.asha_milestones(10, 2, 2) == [2, 4, 8]
+    assert trials.asha_milestones(4, 4, 2) == [4]
 
 
 def test_fate_detail_names_the_rung():
-    milestones = report.asha_milestones(4, 1, 2)  # [1, 2, 4]
-    assert report.fate_detail("stopped-early", 2, 4, milestones) == (
+    milestones = trials.asha_milestones(4, 1, 2)  # [1, 2, 4]
+    assert trials.fate_detail("stopped-early", 2, 4, milestones) == (
         "stopped by ASHA at rung 2 (iteration 2 of 4)"
     )
-    assert report.fate_detail("stopped-early", 3, 4, milestones) == (
+    assert trials.fate_detail("stopped-early", 3, 4, milestones) == (
         "stopped early at iteration 3 of 4"
     )
-    assert report.fate_detail("completed", 4, 4, milestones) == "completed all 4 iterations"
-    assert report.fate_detail("errored", 1, 4, milestones, "boom") == "errored at iteration 1: boom"
+    assert trials.fate_detail("completed", 4, 4, milestones) == "completed all 4 iterations"
+    assert trials.fate_detail("errored", 1, 4, milestones, "boom") == "errored at iteration 1: boom"
 
 
 def test_trial_rows_and_saving():
-    rows = report.trial_rows(synthetic_sweep(), ASHA)
-    assert [r["name"] for r in rows] == [
+    rows = trials.trial_rows(synthetic_sweep(), ASHA)
+    assert [r.name for r in rows] == [
         "trial 00 · lr=0.0031 bs=64",
         "trial 01 · lr=0.0002 bs=32",
         "trial 02 · lr=0.0009 bs=128",
         "trial 03 · lr=0.02 bs=64",
     ]
-    assert [r["rung"] for r in rows] == [None, 1, 2, None]
-    assert [r["best"] for r in rows] == [True, False, False, False]
-    assert rows[1]["fate"] == "stopped by ASHA at rung 1 (iteration 1 of 4)"
-    assert report.sweep_saving(synthetic_sweep()) == pytest.approx(0.5)
-    assert report.sweep_saving({"epochs_budget": 0}) is None
+    assert [r.rung for r in rows] == [None, 1, 2, None]
+    assert [r.best for r in rows] == [True, False, False, False]
+    assert rows[1].fate == "stopped by ASHA at rung 1 (iteration 1 of 4)"
+    assert [r.trial.trial_id for r in rows] == [t.trial_id for t in synthetic_sweep().trials]
+    assert trials.sweep_saving(synthetic_sweep()) == pytest.approx(0.5)
+    assert trials.sweep_saving(SweepOutcome(None, {}, None, "val_accuracy")) is None
+
+
+def test_fates_and_swept_params():
+    sweep = synthetic_sweep()
+    assert trials.count_fates(sweep.trials) == {"completed": 1, "errored": 1, "stopped-early": 2}
+    assert trials.swept_params(sweep.trials) == ["train.lr", "train.batch_size"]
+    assert trials.fmt(0.123456) == "0.1235" and trials.fmt(3) == "3" and trials.fmt(None) == "None"
 
 
 # ------------------------------------------------------------------------------------ sweep plots
 
 
 def test_sweep_curves_one_series_per_trial_and_stopped_ones_cut_short():
-    rows = report.trial_rows(synthetic_sweep(), ASHA)
-    fig = report.sweep_curves_figure(rows, 4, report.asha_milestones(4, 1, 2))
+    rows = trials.trial_rows(synthetic_sweep(), ASHA)
+    fig = sweep_plots.sweep_curves_figure(rows, 4, trials.asha_milestones(4, 1, 2))
     try:
         axes = fig.get_axes()
         assert [ax.get_title() for ax in axes] == ["val_accuracy", "val_loss"]
@@ -176,12 +195,12 @@ def test_sweep_curves_one_series_per_trial_and_stopped_ones_cut_short():
             assert sum(1 for line in ax.get_lines() if line.get_label() == "_cut") == 3
             assert ax.get_xlim()[1] > 4
     finally:
-        report._pyplot().close(fig)
+        pyplot().close(fig)
 
 
 def test_asha_rungs_bars_count_trials_alive():
-    rows = report.trial_rows(synthetic_sweep(), ASHA)
-    fig = report.asha_rungs_figure(rows, 4, [1, 2, 4], 8, 16)
+    rows = trials.trial_rows(synthetic_sweep(), ASHA)
+    fig = sweep_plots.asha_rungs_figure(rows, 4, [1, 2, 4], 8, 16)
     try:
         ax = fig.get_axes()[0]
         assert [p.get_height() for p in ax.patches] == [4, 2, 1, 1]
@@ -189,12 +208,12 @@ def test_asha_rungs_bars_count_trials_alive():
         texts = [t.get_text() for t in ax.texts]
         assert "rung 1\n1 stopped" in texts and "rung 2\n1 stopped" in texts
     finally:
-        report._pyplot().close(fig)
+        pyplot().close(fig)
 
 
 def test_param_metric_scatter_one_series_per_fate():
-    rows = report.trial_rows(synthetic_sweep(), ASHA)
-    fig = report.param_metric_figure(rows, "train.lr")
+    rows = trials.trial_rows(synthetic_sweep(), ASHA)
+    fig = sweep_plots.param_metric_figure(rows, "train.lr")
     try:
         ax = fig.get_axes()[0]
         labels = ax.get_legend_handles_labels()[1]
@@ -203,12 +222,12 @@ def test_param_metric_scatter_one_series_per_fate():
         sizes = [len(c.get_offsets()) for c in ax.collections]
         assert sizes == [1, 2, 1, 1]
     finally:
-        report._pyplot().close(fig)
-    fig = report.param_metric_figure(rows, "train.batch_size")
+        pyplot().close(fig)
+    fig = sweep_plots.param_metric_figure(rows, "train.batch_size")
     try:
         assert fig.get_axes()[0].get_xscale() == "linear"
     finally:
-        report._pyplot().close(fig)
+        pyplot().close(fig)
 
 
 def test_per_class_bars():
@@ -216,17 +235,17 @@ def test_per_class_bars():
         {"class": str(i), "precision": 0.9, "recall": 0.8 + i / 100, "f1": 0.85, "support": 5}
         for i in range(10)
     ]
-    fig = report.per_class_figure(per_class)
+    fig = per_class_figure(per_class)
     try:
         ax = fig.get_axes()[0]
         assert [c.get_label() for c in ax.containers] == ["precision", "recall"]
         assert all(len(c) == 10 for c in ax.containers)
     finally:
-        report._pyplot().close(fig)
+        pyplot().close(fig)
 
 
 def test_sweep_plots_write_every_png(tmp_path):
-    plots = report.sweep_plots(synthetic_sweep(), ASHA, str(tmp_path))
+    plots = sweep_plots.sweep_plots(synthetic_sweep(), ASHA, str(tmp_path))
     assert set(plots) == {
         "sweep_curves.png",
         "asha_rungs.png",
@@ -239,9 +258,9 @@ def test_sweep_plots_write_every_png(tmp_path):
 
 def test_sweep_plots_with_empty_histories(tmp_path):
     sweep = synthetic_sweep()
-    for trial in sweep["trials"]:
-        trial["history"] = []
-    for path in report.sweep_plots(sweep, ASHA, str(tmp_path)).values():
+    for trial in sweep.trials:
+        trial.history = []
+    for path in sweep_plots.sweep_plots(sweep, ASHA, str(tmp_path)).values():
         assert_png(path, min_bytes=100)
 
 
@@ -249,7 +268,7 @@ def test_evaluation_plots(tmp_path):
     per_class = [
         {"class": c, "precision": 0.5, "recall": 0.7, "f1": 0.6, "support": 3} for c in "ab"
     ]
-    plots = report.evaluation_plots(per_class, [[3, 0], [1, 2]], ["a", "b"], str(tmp_path))
+    plots = evaluation_plots(per_class, [[3, 0], [1, 2]], ["a", "b"], str(tmp_path))
     assert set(plots) == {"confusion_matrix.png", "per_class.png"}
     for path in plots.values():
         assert_png(path)
@@ -258,94 +277,256 @@ def test_evaluation_plots(tmp_path):
 # -------------------------------------------------------------------------------- the HTML report
 
 
-def synthetic_summary() -> dict:
-    return {
-        "run_id": "abc123",
-        "data": {
-            "source": "builtin:digits",
-            "fingerprint": "f00d",
-            "rows": {"train": 1200, "val": 300, "test": 297},
-            "preprocess_cached": False,
-        },
-        "sweep": synthetic_sweep(),
-        "test_metrics": {"test_accuracy": 0.95, "test_macro_f1": 0.94, "test_loss": 0.2},
-        "mlflow": {
-            "tracking_uri": "sqlite:///x/mlflow.db",
-            "experiment": "exp <1>",
-            "experiment_id": "1",
-            "parent_run_id": "p123",
-            "train_run_id": "t123",
-            "ui_command": "mlflow ui --backend-store-uri sqlite:///x/mlflow.db",
-        },
-        "model": {
-            "name": "digits",
-            "version": "3",
-            "decision": "kept-champion",
-            "champion_version": "2",
-            "challenger_value": 0.95,
-            "champion_value": 0.96,
-            "aliases": ["challenger"],
-        },
-        "checkpoint": "/x/checkpoint",
-        "storage": "/x/runs/abc123",
-        "stage_seconds": {"preprocess": 1.0, "sweep": 10.0},
-    }
+def synthetic_summary() -> RunSummary:
+    return RunSummary(
+        run_id="abc123",
+        data=DataSummary(
+            source="builtin:digits",
+            fingerprint="f00d",
+            rows={"train": 1200, "val": 300, "test": 297},
+            preprocess_cached=False,
+        ),
+        sweep=synthetic_sweep(),
+        test_metrics={"test_accuracy": 0.95, "test_macro_f1": 0.94, "test_loss": 0.2},
+        mlflow=MlflowSummary(
+            tracking_uri="sqlite:///x/mlflow.db",
+            experiment="exp <1>",
+            experiment_id="1",
+            parent_run_id="p123",
+            train_run_id="t123",
+            ui_command="mlflow ui --backend-store-uri sqlite:///x/mlflow.db",
+        ),
+        model=ModelSummary(
+            name="digits",
+            version="3",
+            model_uri="models:/digits/3",
+            logged_model_uri="models:/m-abc",
+            source_run_id="t123",
+            state_file="extra_files/model_state.pt",
+            decision="kept-champion",
+            champion_version="2",
+            challenger_version="3",
+            challenger_value=0.95,
+            champion_value=0.96,
+            aliases=["challenger"],
+        ),
+        checkpoint="/x/checkpoint",
+        storage="/x/runs/abc123",
+        stage_seconds={"preprocess": 1.0, "sweep": 10.0},
+    )
 
 
-def test_pipeline_report_html_has_every_section_and_embedded_images(tmp_path):
+PER_CLASS = [{"class": c, "precision": 0.5, "recall": 0.7, "f1": 0.6, "support": 3} for c in "ab"]
+
+
+def report_config(**overrides) -> PipelineConfig:
+    """The config shown in the report: the synthetic sweep's ASHA settings."""
+    return PipelineConfig().with_overrides(
+        {
+            "sweep.asha.max_t": ASHA.max_t,
+            "sweep.asha.grace_period": ASHA.grace_period,
+            "sweep.asha.reduction_factor": ASHA.reduction_factor,
+            **overrides,
+        }
+    )
+
+
+def test_report_html_has_every_section_and_embedded_images(tmp_path):
     summary = synthetic_summary()
-    per_class = [
-        {"class": c, "precision": 0.5, "recall": 0.7, "f1": 0.6, "support": 3} for c in "ab"
-    ]
-    plots = report.pipeline_plots(
+    plots = html.report_plots(
         str(tmp_path),
-        sweep=summary["sweep"],
+        sweep=summary.sweep,
         asha=ASHA,
         train_history=_history(3, 0.5),
-        per_class=per_class,
+        per_class=PER_CLASS,
         confusion=[[3, 0], [1, 2]],
         class_names=["a", "b"],
     )
     assert len(plots) == 7  # curves, rungs, 2 params, train curves, confusion, per-class
-    config = {"sweep": {"asha": ASHA}, "mlflow": {"gate": {"metric": "test_accuracy"}}}
-    page = report.pipeline_report_html(
+    page = html.report_html(
         summary,
-        config,
+        report_config(**{"train.lr": 0.01}),
         plots,
-        config_text="train:\n  lr: 0.01\n",
-        per_class=per_class,
+        per_class=PER_CLASS,
         links={"parent run": "http://127.0.0.1:5000/#/experiments/1/runs/p123"},
     )
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    for section in report.REPORT_SECTIONS:
+    for section in html.REPORT_SECTIONS:
         assert f'<section id="{section}">' in page, section
     assert page.count('src="data:image/png;base64,') == len(plots)
-    # every trial with its readable name and fate; the best one highlighted
+    # every trial with its readable name and fate; the best one highlighted, first
     assert '<tr class="best"><td>trial 00 · lr=0.0031 bs=64</td>' in page
     assert "stopped by ASHA at rung 2 (iteration 2 of 4)" in page
     assert "errored at iteration 1: RuntimeError: boom" in page
     assert "8 / 16 (50% saved by ASHA)" in page
+    assert "1 completed, 2 stopped-early, 1 errored" in page
     assert "gate decision: kept-champion" in page
     assert "exp &lt;1&gt;" in page  # escaped
     assert "lr: 0.01" in page and "builtin:digits" in page and "test_macro_f1" in page
+    assert '<a href="http://127.0.0.1:5000/#/experiments/1/runs/p123">parent run</a>' in page
     for title in plots:
         assert f'alt="{title}"' in page
 
 
-def test_pipeline_report_html_without_sweep():
+def test_report_html_tables_row_by_row():
+    """The template's tables: headline, trials best first with every swept value, per-class
+    scores, the gate and the stage seconds."""
+    page = html.report_html(synthetic_summary(), report_config(), {}, per_class=PER_CLASS)
+    assert "<tr><th>best trial</th><td>trial 00 · lr=0.0031 bs=64</td></tr>" in page
+    assert "<tr><th>test accuracy</th><td>0.95</td></tr>" in page
+    assert "<tr><th>model version</th><td>digits version 3</td></tr>" in page
+    assert "<tr><th>rows test</th><td>297</td></tr>" in page
+    assert "<tr><th>preprocessing</th><td>computed</td></tr>" in page
+    names = [
+        line.split("<td>")[1].split("</td>")[0]
+        for line in page.splitlines()
+        if line.startswith(("<tr><td>trial", '<tr class="best"><td>trial'))
+    ]
+    # val_accuracy falls with the trial number in the synthetic sweep: best first is trial order
+    assert [n.split(" ·")[0] for n in names] == ["trial 00", "trial 01", "trial 02", "trial 03"]
+    assert "<th>train.lr</th><th>train.batch_size</th>" in page
+    assert "<td>0.0009</td><td>128</td>" in page
+    assert '<tr><td>a</td><td class="num">0.5</td><td class="num">0.7</td>' in page
+    assert "<tr><th>champion&#39;s value before</th><td>0.96</td></tr>" in page
+    assert "<tr><th>champion now</th><td>version 2</td></tr>" in page
+    assert "<tr><th>aliases of this version</th><td>challenger</td></tr>" in page
+    assert "<tr><th>seconds: sweep</th><td>10</td></tr>" in page
+    assert "<ul>" not in page  # no links given
+
+
+def test_report_html_escapes_every_value():
     summary = synthetic_summary()
-    summary["sweep"] = None
-    page = report.pipeline_report_html(summary, {}, {})
-    assert "No sweep" in page
+    summary.run_id = "<script>alert(1)</script>"
+    summary.sweep.trials[3].error = 'x" onmouseover="y'
+    page = html.report_html(summary, report_config(), {}, links={"a<b": 'http://h/"q'})
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert 'x" onmouseover' not in page and "x&#34; onmouseover=&#34;y" in page
+    assert '<a href="http://h/&#34;q">a&lt;b</a>' in page
+
+
+def test_report_html_redacts_credentials_in_the_config():
+    config = report_config(**{"mlflow.tracking_uri": "http://user:secret@mlflow:5000"})
+    page = html.report_html(synthetic_summary(), config, {})
+    assert "secret" not in page and "http://***@mlflow:5000" in page
+
+
+def test_report_html_without_sweep():
+    summary = synthetic_summary()
+    summary.sweep = None
+    page = html.report_html(summary, PipelineConfig(), {})
+    assert "No sweep" in page and "best trial" not in page
     assert '<section id="plots">' in page and "data:image/png" not in page
 
 
+def test_the_template_ships_with_the_package():
+    """An installed (non-editable) trainflow finds the template: it is package data."""
+    from importlib import resources
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    template = resources.files("training.report") / "templates" / html.TEMPLATE
+    assert template.is_file()
+    root = Path(__file__).resolve().parents[2]
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "templates/*.j2" in setuptools["package-data"]["training.report"]
+    assert "training.*" in setuptools["packages"]["find"]["include"]
+
+
 def test_report_markdown_points_at_the_report():
-    text = report.report_markdown(
+    text = markdown.report_markdown(
         synthetic_summary(), "http://h/#/experiments/1/runs/p/artifactPath/report.html"
     )
     assert "artifactPath/report.html" in text
     assert "kept-champion" in text and "50% saved" in text
+    assert "- test: test_accuracy = 0.95, test_macro_f1 = 0.94, test_loss = 0.2" in text
+
+
+def test_summary_markdown_has_every_part():
+    text = markdown.summary_markdown(synthetic_summary())
+    assert text.startswith("# trainflow run `abc123`")
+    assert "| test | 297 |" in text
+    assert "## Sweep: best trial `abc12_00000`, val_accuracy = 0.9" in text
+    assert "| train.lr | 0.0031 |" in text
+    assert "Trials: 1 completed, 1 errored, 2 stopped-early; epochs 8 of a 16 budget." in text
+    assert "| test_accuracy | 0.95 |" in text
+    assert "gate: **kept-champion**, aliases: challenger, champion: version 2" in text
+    assert "| sweep | 10.0 |" in text
+    summary = synthetic_summary()
+    summary.sweep = None
+    assert "## Sweep" not in markdown.summary_markdown(summary)
+
+
+# ---------------------------------------------------------------------------- the run summary
+
+# The keys that `trainflow run --summary-json`, summary.json on MLflow, the benchmarks (B4) and
+# the e2e tests read.
+SUMMARY_KEYS = [
+    "run_id",
+    "data",
+    "sweep",
+    "test_metrics",
+    "mlflow",
+    "model",
+    "checkpoint",
+    "storage",
+    "stage_seconds",
+    "report",
+]
+
+
+def test_run_summary_to_dict_keeps_the_json_shape():
+    doc = json.loads(json.dumps(synthetic_summary().to_dict()))
+    assert list(doc) == SUMMARY_KEYS
+    assert list(doc["data"]) == ["source", "fingerprint", "rows", "preprocess_cached"]
+    assert list(doc["mlflow"]) == [
+        "tracking_uri",
+        "experiment",
+        "experiment_id",
+        "parent_run_id",
+        "train_run_id",
+        "ui_command",
+    ]
+    # the registered version's dict followed by the gate's, as the promote stage returns them
+    assert list(doc["model"]) == [
+        "name",
+        "version",
+        "model_uri",
+        "logged_model_uri",
+        "source_run_id",
+        "state_file",
+        "decision",
+        "champion_version",
+        "challenger_version",
+        "challenger_value",
+        "champion_value",
+        "aliases",
+    ]
+    assert doc["sweep"] == synthetic_sweep().to_dict()
+    assert list(doc["sweep"]["trials"][0]) == [
+        "trial_id",
+        "params",
+        "status",
+        "epochs",
+        "metrics",
+        "error",
+        "history",
+    ]
+    assert doc["stage_seconds"] == {"preprocess": 1.0, "sweep": 10.0}
+    assert doc["report"] is None
+    assert sum(doc["data"]["rows"].values()) == 1797
+    assert doc["sweep"]["epochs_spent"] == 8
+    assert doc["test_metrics"]["test_accuracy"] == 0.95
+
+
+def test_run_summary_round_trip():
+    summary = synthetic_summary()
+    summary.report = "http://h/report.html"
+    doc = json.loads(json.dumps(summary.to_dict()))
+    again = RunSummary.from_dict(doc)
+    assert again == summary
+    assert isinstance(again.sweep.trials[0], TrialSummary)
+    summary.sweep = None
+    assert RunSummary.from_dict(summary.to_dict()) == summary
 
 
 def test_trial_history_from_tunes_progress_frame():

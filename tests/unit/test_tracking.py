@@ -310,7 +310,7 @@ def test_log_history_many_points(tracker):
 
 
 def test_artifacts(tracker, tmp_path):
-    from training.report import confusion_matrix_png
+    from training.report.plots import confusion_matrix_png
 
     parent = tracker.start_parent_run("flow-artifacts", {})
     png = confusion_matrix_png([[3, 1], [0, 4]], ["a", "b"], str(tmp_path / "cm.png"))

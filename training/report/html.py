@@ -1,0 +1,147 @@
+"""The self-contained HTML report of a pipeline run: ``templates/report.html.j2`` rendered by
+jinja2 (autoescape on) with the run's plots embedded as base64 PNGs."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from training.metrics import direction
+from training.report.plots import evaluation_plots, learning_curves_png
+from training.report.sweep_plots import sweep_plots
+from training.report.trials import (
+    FATES,
+    TrialRow,
+    fmt,
+    format_value,
+    is_number,
+    sweep_saving,
+    swept_params,
+    trial_rows,
+)
+from training.secrets import redact
+
+if TYPE_CHECKING:
+    from training.config import AshaConfig, PipelineConfig
+    from training.summary import RunSummary
+    from training.sweep import SweepOutcome
+
+TEMPLATE = "report.html.j2"
+REPORT_SECTIONS = ("summary", "data", "sweep", "plots", "test-metrics", "gate", "config", "where")
+
+
+@functools.cache
+def _environment():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("training.report", "templates"),
+        autoescape=True,  # every value is text; the template's own markup is the only HTML
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["fmt"] = fmt
+    env.filters["format_value"] = format_value
+    return env
+
+
+def _png_base64(path: str) -> str:
+    with open(path, "rb") as handle:
+        return base64.b64encode(handle.read()).decode("ascii")
+
+
+def _best_first(rows: Sequence[TrialRow], metric: str) -> list[TrialRow]:
+    """Trials by their last ``metric``, best first; trials without a value last."""
+    sign = 1 if direction(metric) == "max" else -1
+
+    def key(row: TrialRow) -> tuple[bool, float]:
+        value = (row.trial.metrics or {}).get(metric)
+        return (not is_number(value), -sign * float(value or 0))
+
+    return sorted(rows, key=key)
+
+
+def _sweep_context(sweep: SweepOutcome | None, asha: AshaConfig) -> dict[str, Any]:
+    if not sweep:
+        return {"sweep": None}
+    rows = trial_rows(sweep, asha)
+    return {
+        "sweep": sweep,
+        "best": next((row for row in rows if row.best), None),
+        # Every fate, zeros too: "3 completed, 1 stopped-early, 0 errored".
+        "fates": ", ".join(
+            f"{sum(1 for t in sweep.trials if t.status == fate)} {fate}" for fate in FATES
+        ),
+        "saving": sweep_saving(sweep),
+        "params": swept_params(sweep.trials),
+        "trials": _best_first(rows, sweep.metric or "val_accuracy"),
+    }
+
+
+def report_html(
+    summary: RunSummary,
+    config: PipelineConfig,
+    plots: Mapping[str, str],
+    per_class: Sequence[Mapping[str, Any]] | None = None,
+    links: Mapping[str, str] | None = None,
+) -> str:
+    """One self-contained HTML page of a pipeline run.
+
+    ``plots`` maps a caption to a PNG file (embedded), ``per_class`` holds the rows of
+    ``EvalResult.per_class``, ``links`` optional name -> URL (MLflow pages). The resolved config
+    is shown as YAML with credentials in URIs redacted.
+    """
+    import yaml
+
+    config_text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    return (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(
+            summary=summary,
+            gate_metric=config.mlflow.gate.metric,
+            generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            images=[(title, _png_base64(path)) for title, path in plots.items()],
+            per_class=list(per_class or []),
+            config_text=redact(config_text),
+            links=dict(links or {}),
+            **_sweep_context(summary.sweep, config.sweep.asha),
+        )
+    )
+
+
+def report_plots(
+    directory: str,
+    sweep: SweepOutcome | None = None,
+    asha: AshaConfig | None = None,
+    train_history: Sequence[Mapping[str, Any]] | None = None,
+    per_class: Sequence[Mapping[str, Any]] | None = None,
+    confusion: Any = None,
+    class_names: Sequence[str] | None = None,
+) -> dict[str, str]:
+    """Every plot of a pipeline run for the HTML report, as ``{caption: path}`` in stage order."""
+    plots: dict[str, str] = {}
+    if sweep and asha is not None:
+        metric = sweep.metric or "val_accuracy"
+        for name, path in sweep_plots(sweep, asha, directory).items():
+            if name == "sweep_curves.png":
+                caption = "sweep: learning curves of all trials"
+            elif name == "asha_rungs.png":
+                caption = "sweep: trials alive per iteration (ASHA rungs)"
+            else:
+                caption = f"sweep: {name.removeprefix('param_').removesuffix('.png')} vs {metric}"
+            plots[caption] = path
+    if train_history is not None:
+        plots["final training: train/val curves"] = learning_curves_png(
+            list(train_history), os.path.join(directory, "curves.png")
+        )
+    if per_class is not None and confusion is not None and class_names is not None:
+        files = evaluation_plots(per_class, confusion, class_names, directory)
+        plots["evaluation: confusion matrix (test split)"] = files["confusion_matrix.png"]
+        plots["evaluation: per-class precision and recall"] = files["per_class.png"]
+    return plots
