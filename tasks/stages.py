@@ -13,11 +13,13 @@ from prefect.cache_policies import NO_CACHE
 from tasks.policy import STAGE_TASK_OPTIONS
 from training import cluster, data, report, tracking
 from training.config import PipelineConfig
-from training.evaluate import EvalResult, evaluate_state, serving_model
+from training.inference.evaluate import EvalResult, evaluate_state
+from training.loop.trainer import TrainOutcome, train_final
 from training.manifest import Manifest
+from training.model.serving import serving_model
 from training.storage import StorageLayout
-from training.sweep import SweepOutcome, run_sweep
-from training.trainer import TrainOutcome, train_final
+from training.tune.outcome import SweepOutcome
+from training.tune.sweep import run_sweep
 
 
 def connect_ray(config: PipelineConfig) -> dict[str, float]:
@@ -192,7 +194,7 @@ def train(
 def _load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict[str, Any]:
     from ray.train import Checkpoint
 
-    from training.evaluate import load_model_state
+    from training.loop.checkpoint import load_model_state
     from training.storage import filesystem, is_remote
 
     fs, path = filesystem(checkpoint_path, config.storage.endpoint_url)
@@ -258,7 +260,7 @@ def promote(
         f"(data {manifest.fingerprint}); {metric}={eval_result.metrics[metric]:.4f}"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        from training.loop import save_state
+        from training.loop.checkpoint import save_state
 
         state_path = save_state({k: v for k, v in state.items() if k != "optimizer"}, tmp)
         version = tracker.log_and_register_model(

@@ -141,7 +141,7 @@ def config_show(
 
 def _model_state(config, model_uri: str) -> dict[str, Any]:
     from training import tracking
-    from training.evaluate import load_model_state
+    from training.loop.checkpoint import load_model_state
 
     local = Path(model_uri)
     if local.exists():
@@ -167,7 +167,7 @@ def evaluate(
     config = _load(config_file, overrides)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
     from training import cluster, data
-    from training.evaluate import evaluate_state
+    from training.inference.evaluate import evaluate_state
     from training.storage import StorageLayout
 
     try:
@@ -213,7 +213,7 @@ def predict(
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
     from training import cluster, data
     from training.config import DataConfig
-    from training.evaluate import predict_files
+    from training.inference.predict import predict_files
 
     try:
         state = _model_state(config, model)

@@ -11,7 +11,7 @@ from torch import nn
 
 from training.cluster import job_runtime_env, worker_resources
 from training.config import RayConfig, load_config
-from training.loop import accumulate_gradients, step_plan
+from training.loop.loop import accumulate_gradients, step_plan
 
 
 @pytest.mark.parametrize("global_batch", [64, 96, 128])
