@@ -1,8 +1,8 @@
 """B1: final-training throughput of our TorchTrainer vs a bare PyTorch loop.
 
-Same CNN (``training.model``), same data (generated 28x28 digit-like images, preprocessed by our
-Ray Data stage), same global batch, same torch thread count. Steady state = the epochs after the
-first, timed inside the worker (a ``train_fn`` wrapper stamps every epoch's end); start-up
+Same CNN (``training.model.networks``), same data (generated 28x28 digit-like images, preprocessed
+by our Ray Data stage), same global batch, same torch thread count. Steady state = the epochs after
+the first, timed inside the worker (a ``train_fn`` wrapper stamps every epoch's end); start-up
 (building the trainer and its datasets, the worker group, DDP, the first batch) is reported
 separately. Two pairs, alternated: 1 worker x 1 thread vs bare x 1 thread (target >= 0.9) and
 2 workers x 1 thread vs bare x 2 threads.
@@ -68,7 +68,8 @@ def _timed_worker(settings: dict[str, Any], threads: int) -> dict[str, Any]:
     """``train_loop_per_worker``: our loop (``run_loop`` + ``TrainContext``) with time stamps."""
     import torch
 
-    from training.loop import TrainContext, run_loop
+    from training.loop.contexts import TrainContext
+    from training.loop.loop import run_loop
 
     entered = time.time()
     torch.set_num_threads(threads)
@@ -110,7 +111,7 @@ def _steady(ends: list[float], rows: list[int], world_size: int) -> tuple[float,
 
 def _trainer_arm(config, manifest, storage: str, workers: int, threads: int):
     def run(rep: int) -> dict[str, Any]:
-        from training.trainer import build_trainer
+        from training.loop.trainer import build_trainer
 
         started = time.time()
         trainer = build_trainer(
@@ -149,7 +150,7 @@ def _bare_arm(config, arrays, epochs: int, threads: int):
         import torch
         from torch import nn
 
-        from training.model import build_model
+        from training.model.networks import build_model
 
         started = time.time()
         previous = torch.get_num_threads()

@@ -1,6 +1,6 @@
 """B3: ASHA efficiency, our sweep vs full random search over the same seeded configurations.
 
-Both arms call ``training.sweep.run_sweep`` (Tune function trials, the default) on the default
+Both arms call ``training.tune.sweep.run_sweep`` (Tune function trials, the default) on the default
 data and model with ``sweep.num_samples = N`` and ``sweep.seed = 0``, so Tune's seeded
 BasicVariantGenerator draws the same N configurations for both (checked). ASHA arm: grace 1,
 reduction factor 3, max_t epochs (N = 27, max_t = 27: four rungs, theory 81/729 = 0.11 of the
@@ -37,7 +37,7 @@ FIGURES = [
 
 
 def _sweep_arm(base_overrides: dict[str, Any], manifest, layout, grace: int | None):
-    from training.sweep import run_sweep
+    from training.tune.sweep import run_sweep
 
     def run(rep: int) -> dict[str, Any]:
         overrides = dict(base_overrides)

@@ -1,7 +1,7 @@
 """B6: sweep bookkeeping, many short trials on 2 CPUs vs the theoretical minimum.
 
 Bookkeeping arm: N = 200 trials that each sleep t = 0.2 s and report once, run by a Tuner
-configured exactly as ``training.sweep.run_sweep`` configures ours for function trials
+configured exactly as ``training.tune.sweep.run_sweep`` configures ours for function trials
 (BasicVariantGenerator with ``max_concurrent = 2``, ASHA, 1 CPU per trial, ``reuse_actors=True``,
 storage under a run directory, checkpoint retention, ``verbose=0``) on a local Ray instance with
 2 logical CPUs. Anchor: the theoretical minimum N * t / 2. Two informational arms show where the
@@ -90,7 +90,7 @@ def _bookkeeping_arm(storage: Path, trials: int, seconds: float, reuse: bool):
         from ray.tune.schedulers import ASHAScheduler
         from ray.tune.search.basic_variant import BasicVariantGenerator
 
-        # The Tuner as training.sweep.run_sweep builds it; only the trainable differs.
+        # The Tuner as training.tune.sweep.run_sweep builds it; only the trainable differs.
         tuner = tune.Tuner(
             tune.with_resources(tune.with_parameters(_sleep_trial, seconds=seconds), {"cpu": 1}),
             param_space={"x": tune.uniform(0, 1)},
@@ -131,7 +131,7 @@ def _ray_tasks_arm(trials: int, seconds: float):
 
 
 def _trial_overhead_arms(ctx: Context, trials: int):
-    from training.sweep import run_sweep
+    from training.tune.sweep import run_sweep
 
     base = {
         "sweep.num_samples": trials,

@@ -1,6 +1,6 @@
 """B7: recovery cost, vs a clean run of the same work.
 
-Worker arm: ``training.trainer.train_final`` (2 DDP workers, default data and model) with a
+Worker arm: ``training.loop.trainer.train_final`` (2 DDP workers, default data and model) with a
 ``train_fn`` wrapper whose rank 1 calls ``os._exit(1)`` (no clean-up, like SIGKILL) right after
 reporting epoch k of E, once; Ray Train restarts the worker group from the latest checkpoint
 (``train.max_failures = 1``). Anchor: the same training without the fault, alternated with it.
@@ -61,7 +61,8 @@ FIGURES = [
 
 def _crash_once_worker(settings: dict[str, Any], marker: str, crash_after: int) -> list:
     """Rank 1 dies (``os._exit``: no clean-up) right after reporting epoch ``crash_after``."""
-    from training.loop import TrainContext, run_loop
+    from training.loop.contexts import TrainContext
+    from training.loop.loop import run_loop
 
     class CrashingContext(TrainContext):
         def report(self, metrics, state):
@@ -74,8 +75,8 @@ def _crash_once_worker(settings: dict[str, Any], marker: str, crash_after: int) 
 
 
 def _worker_arms(ctx: Context, epochs: int):
-    from training.loop import train_worker
-    from training.trainer import train_final
+    from training.loop.loop import train_worker
+    from training.loop.trainer import train_final
 
     config = make_config(
         {"train.num_workers": 2, "train.max_epochs": epochs, "train.max_failures": 1}

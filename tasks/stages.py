@@ -15,14 +15,16 @@ from training import cluster, tracking
 from training.config import PipelineConfig
 from training.data import inputs
 from training.data import preprocess as preprocessing
-from training.evaluate import EvalResult, evaluate_state, serving_model
+from training.inference.evaluate import EvalResult, evaluate_state
+from training.loop.trainer import TrainOutcome, train_final
 from training.manifest import Manifest
+from training.model.serving import serving_model
 from training.report.plots import evaluation_plots, learning_curves_png
 from training.report.sweep_plots import sweep_plots
 from training.report.trials import TrialRow, sweep_saving, trial_rows
 from training.storage import StorageLayout
-from training.sweep import SweepOutcome, run_sweep
-from training.trainer import TrainOutcome, train_final
+from training.tune.outcome import SweepOutcome
+from training.tune.sweep import run_sweep
 
 
 def connect_ray(config: PipelineConfig) -> dict[str, float]:
@@ -196,7 +198,7 @@ def train(
 def _load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict[str, Any]:
     from ray.train import Checkpoint
 
-    from training.evaluate import load_model_state
+    from training.loop.checkpoint import load_model_state
     from training.storage import filesystem, is_remote
 
     fs, path = filesystem(checkpoint_path, config.storage.endpoint_url)
@@ -262,7 +264,7 @@ def promote(
         f"(data {manifest.fingerprint}); {metric}={eval_result.metrics[metric]:.4f}"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        from training.loop import save_state
+        from training.loop.checkpoint import save_state
 
         state_path = save_state({k: v for k, v in state.items() if k != "optimizer"}, tmp)
         version = tracker.log_and_register_model(

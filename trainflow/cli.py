@@ -133,7 +133,7 @@ def config_show(
 
 def _model_state(config, model_uri: str) -> dict[str, Any]:
     from training import tracking
-    from training.evaluate import load_model_state
+    from training.loop.checkpoint import load_model_state
 
     local = Path(model_uri)
     if local.exists():
@@ -161,7 +161,7 @@ def evaluate(
     from training import cluster
     from training.data.inputs import fingerprint, resolve_inputs
     from training.data.preprocess import preprocess
-    from training.evaluate import evaluate_state
+    from training.inference.evaluate import evaluate_state
     from training.storage import StorageLayout
 
     try:
@@ -206,7 +206,7 @@ def predict(
     from training import cluster
     from training.config import DataConfig
     from training.data.inputs import input_format, resolve_inputs
-    from training.evaluate import predict_files
+    from training.inference.predict import predict_files
 
     try:
         state = _model_state(config, model)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from training.sweep import SweepOutcome, TrialSummary
+from training.tune.outcome import SweepOutcome, TrialSummary
 
 
 @dataclass

@@ -42,7 +42,7 @@ def test_loop_throughput_on_one_gpu_with_bf16(tmp_path):
     """The loop's step (accumulation + bf16 autocast) on the GPU: it learns, and how fast."""
     from torch import nn
 
-    from training.loop import accumulate_gradients
+    from training.loop.loop import accumulate_gradients
 
     device = torch.device("cuda")
     torch.manual_seed(0)

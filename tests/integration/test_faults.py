@@ -31,11 +31,13 @@ import torch
 from fsspec.implementations.local import LocalFileSystem
 
 from training.errors import StorageError, WorkerFailedError
-from training.loop import TrainContext, load_state, run_loop
+from training.loop.checkpoint import load_state
+from training.loop.contexts import TrainContext
+from training.loop.loop import run_loop
+from training.loop.trainer import train_final
 from training.manifest import SAMPLE_ID
 from training.overrides import load_config
 from training.storage import StorageLayout
-from training.trainer import train_final
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +115,7 @@ def _wait_for_checkpoint(expected: dict | None, timeout_s: float = 120) -> None:
 
 def _inject(monkeypatch, tmp_path, **fault) -> Path:
     """Every loop_config built by trainer.py carries the fault description."""
-    from training import trainer as trainer_module
+    from training.loop import trainer as trainer_module
 
     fault_dir = tmp_path / "fault"
     fault_dir.mkdir()
@@ -326,7 +328,7 @@ class _QuotaFile:
 
 def _checkpoint_size(config, manifest) -> int:
     """Bytes of one checkpoint of this model (weights + AdamW moments), as the loop saves it."""
-    from training.model import build_model
+    from training.model.networks import build_model
 
     spec = manifest.spec
     model = build_model(config.model, spec.input_shape, spec.num_classes)
@@ -373,7 +375,7 @@ def test_disk_full_while_checkpointing_keeps_earlier_checkpoints(
 
 
 def test_diverging_trial_errors_with_its_reason_and_never_wins(manifest, layout):
-    from training.sweep import run_sweep
+    from training.tune.sweep import run_sweep
 
     config = load_config(
         None,

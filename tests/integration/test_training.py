@@ -9,10 +9,10 @@ import pytest
 import ray.cloudpickle as cloudpickle
 
 from training.errors import TrainingDivergedError
-from training.loop import load_state
+from training.loop.checkpoint import load_state
+from training.loop.trainer import train_final
 from training.overrides import load_config
-from training.sweep import run_sweep
-from training.trainer import train_final
+from training.tune.sweep import run_sweep
 
 pytestmark = pytest.mark.integration
 

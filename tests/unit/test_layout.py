@@ -47,8 +47,14 @@ WORKER_MODULES = [
     "training.data.rows",
     "training.data.read",
     "training.data.summary",
-    "training.loop",
-    "training.model",
+    "training.loop.loop",  # train_loop_per_worker; Tune function trials run it too
+    "training.loop.contexts",
+    "training.loop.checkpoint",
+    "training.loop.trainer",  # a multi-worker trial builds its TorchTrainer on a worker
+    "training.model.networks",
+    "training.model.serving",
+    "training.inference.predictor",  # the Ray Data actor that scores batches
+    "training.tune.sweep",  # the trial functions
     "training.storage",
 ]
 # The bottom of training/: they import nothing of ours but each other.

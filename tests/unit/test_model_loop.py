@@ -12,10 +12,12 @@ import torch
 
 from training.config import ModelConfig
 from training.errors import TrainingDivergedError, UnsafeCheckpointError
-from training.evaluate import metrics_from_confusion, model_from_state, serving_model
-from training.loop import load_state, loop_config, run_loop, save_state
+from training.inference.evaluate import metrics_from_confusion
+from training.loop.checkpoint import load_state, save_state
+from training.loop.loop import loop_config, run_loop
 from training.manifest import FeatureSpec
-from training.model import CNN, MLP, NormalizedClassifier, build_model
+from training.model.networks import CNN, MLP, build_model
+from training.model.serving import NormalizedClassifier, model_from_state, serving_model
 from training.overrides import load_config
 
 
@@ -213,7 +215,7 @@ def test_loop_resume_refuses_an_unsafe_checkpoint(unsafe_checkpoint):
     """The resume path (Ray's get_checkpoint -> as_directory -> load_state) refuses it too."""
     from ray.train import Checkpoint
 
-    from training.loop import _RayReporting
+    from training.loop.contexts import _RayReporting
 
     directory, marker = unsafe_checkpoint
 
@@ -230,7 +232,7 @@ def test_loop_resume_refuses_an_unsafe_checkpoint(unsafe_checkpoint):
 
 def test_evaluate_and_promote_loads_refuse_an_unsafe_checkpoint(unsafe_checkpoint):
     from tasks.stages import _load_checkpoint_state
-    from training.evaluate import load_model_state
+    from training.loop.checkpoint import load_model_state
 
     directory, marker = unsafe_checkpoint
     with pytest.raises(UnsafeCheckpointError):
@@ -270,7 +272,7 @@ def test_metrics_from_confusion_matrix():
 
 
 def test_shard_cache_concatenates_batches_in_order_under_the_limit():
-    from training.loop import _collect
+    from training.loop.contexts import _collect
 
     batches = [{"x": torch.arange(4.0) + 4 * i, "y": torch.tensor([i, i])} for i in range(3)]
     cached = _collect(iter(batches), max_bytes=1024)
@@ -282,7 +284,7 @@ def test_shard_cache_keeps_nothing_when_the_shard_outgrows_the_limit_but_ends_th
     import gc
     import weakref
 
-    from training.loop import _collect
+    from training.loop.contexts import _collect
 
     read, alive = [], []
 
@@ -303,7 +305,7 @@ def test_shard_cache_keeps_nothing_when_the_shard_outgrows_the_limit_but_ends_th
 def test_a_worker_sizes_its_shard_from_the_manifest_before_reading_it(monkeypatch):
     import ray.train
 
-    from training.loop import TrainContext
+    from training.loop.contexts import TrainContext
 
     class Context:
         def get_world_size(self):

@@ -20,7 +20,7 @@ from training.report.plots import (
     pyplot,
 )
 from training.summary import DataSummary, MlflowSummary, ModelSummary, RunSummary
-from training.sweep import SweepOutcome, TrialSummary
+from training.tune.outcome import SweepOutcome, TrialSummary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -530,11 +530,11 @@ def test_run_summary_round_trip():
 
 
 def test_trial_history_from_tunes_progress_frame():
-    """The per-trial histories the sweep plots use (training.sweep fills TrialSummary.history
+    """The per-trial histories the sweep plots use (training.tune.outcome fills TrialSummary.history
     from Tune's ``result.metrics_dataframe``): one row per iteration, the last report wins."""
     import pandas as pd
 
-    from training.sweep import _history
+    from training.tune.outcome import trial_history
 
     class FakeResult:
         metrics_dataframe = pd.DataFrame(
@@ -547,9 +547,9 @@ def test_trial_history_from_tunes_progress_frame():
             }
         )
 
-    history = _history(FakeResult())
+    history = trial_history(FakeResult())
     assert [row["epoch"] for row in history] == [1, 2, 3]
     assert history[1] == {"epoch": 2, "train_loss": 1.4, "val_loss": 1.5, "val_accuracy": 0.55}
     assert "val_loss" not in history[2]  # NaN dropped
     FakeResult.metrics_dataframe = None
-    assert _history(FakeResult()) == []
+    assert trial_history(FakeResult()) == []

@@ -11,7 +11,7 @@ from torch import nn
 
 from training.cluster import job_runtime_env, worker_resources
 from training.config import RayConfig
-from training.loop import accumulate_gradients, step_plan
+from training.loop.loop import accumulate_gradients, step_plan
 from training.overrides import load_config
 
 

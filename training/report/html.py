@@ -28,7 +28,7 @@ from training.secrets import redact
 if TYPE_CHECKING:
     from training.config import AshaConfig, PipelineConfig
     from training.summary import RunSummary
-    from training.sweep import SweepOutcome
+    from training.tune.outcome import SweepOutcome
 
 TEMPLATE = "report.html.j2"
 REPORT_SECTIONS = ("summary", "data", "sweep", "plots", "test-metrics", "gate", "config", "where")

@@ -22,7 +22,7 @@ from training.report.trials import (
 
 if TYPE_CHECKING:
     from training.config import AshaConfig
-    from training.sweep import SweepOutcome
+    from training.tune.outcome import SweepOutcome
 
 _FATE_LINE = {
     "completed": {"linestyle": "-", "marker": "o"},

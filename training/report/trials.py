@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from training.config import AshaConfig
-    from training.sweep import SweepOutcome, TrialSummary
+    from training.tune.outcome import SweepOutcome, TrialSummary
 
 # Short names of swept keys in run names ("trial 03 · lr=0.0031 bs=64").
 PARAM_ABBREVIATIONS = {"batch_size": "bs", "weight_decay": "wd", "hidden_sizes": "hidden"}

@@ -1,76 +1,32 @@
-"""The Ray Tune sweep: search space from config, ASHA, and the two trial backends.
+"""The Ray Tune sweep: one Tuner with ASHA (resumed with the run id), and its two trial backends.
 
 workers_per_trial == 1: a plain Tune function trial runs the loop in-process (a TorchTrainer would
 add 15-20 s of start-up per trial on a small machine and nothing else).
 workers_per_trial > 1: each trial drives a TorchTrainer (Tune over Train, Ray 2.60's pattern).
-Either way the loop is ``training.loop.run_loop``.
+Either way the loop is ``training.loop.loop.run_loop``.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from training.config import PipelineConfig, SweepConfig, validate_config
-from training.errors import TrainflowError
-from training.manifest import Manifest
-from training.search_space import SearchDomain
+from training.config import PipelineConfig, validate_config
+from training.manifest import FeatureSpec, Manifest
 from training.storage import StorageLayout
+from training.tune.outcome import SweepOutcome, summarize
+from training.tune.space import param_space
 
 log = logging.getLogger(__name__)
 
 SWEEP_NAME = "sweep"
 
 
-@dataclass
-class TrialSummary:
-    trial_id: str
-    params: dict[str, Any]
-    status: str  # completed | stopped-early | errored
-    epochs: int
-    metrics: dict[str, float]
-    error: str | None = None
-    # One row per reported epoch: {"epoch", "train_loss", "val_loss", "val_accuracy"}.
-    history: list[dict[str, float]] = field(default_factory=list)
-
-
-@dataclass
-class SweepOutcome:
-    best_trial_id: str | None
-    best_params: dict[str, Any]
-    best_metric: float | None
-    metric: str
-    trials: list[TrialSummary] = field(default_factory=list)
-    epochs_spent: int = 0
-    epochs_budget: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def tune_domain(domain: SearchDomain):
-    from ray import tune
-
-    if domain.loguniform is not None:
-        return tune.loguniform(*domain.loguniform)
-    if domain.uniform is not None:
-        return tune.uniform(*domain.uniform)
-    if domain.randint is not None:
-        return tune.randint(*domain.randint)
-    return tune.choice(list(domain.choice))
-
-
-def param_space(sweep: SweepConfig) -> dict[str, Any]:
-    """Flat dict of dotted config paths -> Tune domains (the same keys land in MLflow params)."""
-    return {key: tune_domain(domain) for key, domain in sweep.search_space.items()}
-
-
 def _function_trial(params: dict[str, Any], *, base: dict, spec: dict, arrays, max_epochs: int):
     import torch
 
-    from training.loop import TuneContext, loop_config, run_loop
-    from training.manifest import FeatureSpec
+    from training.loop.contexts import TuneContext
+    from training.loop.loop import loop_config, run_loop
 
     torch.set_num_threads(1)  # one CPU per trial: more threads only fight each other
     config = validate_config(base).with_overrides(params)
@@ -96,7 +52,7 @@ def _trainer_trial(
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from training.trainer import build_trainer
+    from training.loop.trainer import build_trainer
 
     config = validate_config(base).with_overrides(params)
     trial_id = ray.tune.get_context().get_trial_id()
@@ -206,87 +162,3 @@ def run_sweep(
         )
     grid = tuner.fit()
     return summarize(grid, config)
-
-
-def summarize(grid, config: PipelineConfig) -> SweepOutcome:
-    """Each trial's fate, and the best healthy trial (errored trials can never win)."""
-    sweep = config.sweep
-    keys = list(sweep.search_space)
-    trials: list[TrialSummary] = []
-    for result in grid:
-        metrics = result.metrics or {}
-        epochs = int(metrics.get("training_iteration", 0) or 0)
-        if result.error is not None:
-            status = "errored"
-        elif epochs < sweep.asha.max_t:
-            status = "stopped-early"
-        else:
-            status = "completed"
-        trials.append(
-            TrialSummary(
-                trial_id=str(metrics.get("trial_id") or result.path.rsplit("/", 1)[-1]),
-                params={k: (result.config or {}).get(k) for k in keys},
-                status=status,
-                epochs=epochs,
-                metrics={
-                    k: float(metrics[k])
-                    for k in ("train_loss", "val_loss", "val_accuracy")
-                    if isinstance(metrics.get(k), int | float)
-                },
-                error=_first_line(result.error) if result.error is not None else None,
-                history=_history(result),
-            )
-        )
-    healthy = [t for t in trials if t.status != "errored" and sweep.metric in t.metrics]
-    outcome = SweepOutcome(
-        best_trial_id=None,
-        best_params={},
-        best_metric=None,
-        metric=sweep.metric,
-        trials=trials,
-        epochs_spent=sum(t.epochs for t in trials),
-        epochs_budget=sweep.num_samples * sweep.asha.max_t,
-    )
-    if not healthy:
-        reasons = "; ".join(sorted({t.error or "no metrics" for t in trials}))[:500]
-        raise TrainflowError(
-            f"all {len(trials)} sweep trials failed ({reasons}); fix the cause above or narrow "
-            "sweep.search_space"
-        )
-    sign = 1 if sweep.mode == "max" else -1
-    best = max(healthy, key=lambda t: sign * t.metrics[sweep.metric])
-    outcome.best_trial_id = best.trial_id
-    outcome.best_params = best.params
-    outcome.best_metric = best.metrics[sweep.metric]
-    return outcome
-
-
-_HISTORY_KEYS = ("train_loss", "val_loss", "val_accuracy")
-
-
-def _history(result) -> list[dict[str, float]]:
-    """Per-epoch metrics of a trial from its progress file (``result.metrics_dataframe``):
-    one row per ``training_iteration`` (the last wins, should a resumed trial repeat one)."""
-    frame = getattr(result, "metrics_dataframe", None)
-    if frame is None or "training_iteration" not in frame:
-        return []
-    rows: dict[int, dict[str, float]] = {}
-    for record in frame.to_dict("records"):
-        try:
-            epoch = int(record["training_iteration"])
-        except (TypeError, ValueError):
-            continue
-        row: dict[str, float] = {"epoch": epoch}
-        for key in _HISTORY_KEYS:
-            value = record.get(key)
-            if isinstance(value, int | float) and value == value:  # not NaN
-                row[key] = float(value)
-        rows[epoch] = row
-    return [rows[epoch] for epoch in sorted(rows)]
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    # Ray wraps worker errors; the last line usually holds the original message.
-    lines = [line for line in text if line.strip()]
-    return (lines[-1] if lines else type(error).__name__)[:300]

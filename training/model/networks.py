@@ -1,4 +1,4 @@
-"""The models, nothing else: an MLP for feature vectors and a small CNN for images."""
+"""The networks, nothing else: an MLP for feature vectors and a small CNN for images."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from training.config import ModelConfig
 
 
 class MLP(nn.Module):
+    """Dense blocks (Linear, ReLU, Dropout per hidden size), then a linear head."""
+
     def __init__(
         self, num_features: int, num_classes: int, hidden_sizes: list[int], dropout: float
     ):
@@ -68,20 +70,3 @@ def build_model(cfg: ModelConfig, input_shape: list[int], num_classes: int) -> n
             raise ValueError(f"model.kind=cnn needs an image shape [C, H, W], got {input_shape}")
         return CNN(input_shape, num_classes, cfg.channels, cfg.cnn_hidden, cfg.dropout)
     return MLP(math.prod(input_shape), num_classes, cfg.hidden_sizes, cfg.dropout)
-
-
-class NormalizedClassifier(nn.Module):
-    """Raw features in, logits out: the train-split normalisation travels with the model.
-
-    This is what gets logged to MLflow, so that serving needs no separate preprocessing.
-    """
-
-    def __init__(self, model: nn.Module, mean: list[float], std: list[float]):
-        super().__init__()
-        self.model = model
-        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
-        safe_std = [s if s > 0 else 1.0 for s in std]
-        self.register_buffer("std", torch.tensor(safe_std, dtype=torch.float32))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model((x.flatten(1) - self.mean) / self.std)

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import errno
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 from training import cluster
 from training.config import PipelineConfig
-from training.errors import StorageError, TrainflowError, WorkerFailedError
-from training.loop import loop_config, train_worker
+from training.errors import TrainflowError
+from training.loop.failures import training_error
+from training.loop.loop import loop_config, train_worker
 from training.manifest import Manifest
 from training.storage import StorageLayout
-
-log = logging.getLogger(__name__)
 
 # Splits smaller than this are kept in the object store across epochs: re-reading parquet every
 # epoch costs seconds per epoch on small data; larger splits stream from storage as usual.
@@ -139,7 +136,7 @@ def train_final(
     try:
         result = trainer.fit()
     except TrainingFailedError as exc:
-        raise _training_error(exc, config, storage_path) from exc
+        raise training_error(exc, config, storage_path) from exc
     best = result.get_best_checkpoint(
         metric=config.train.checkpoint.score_attribute, mode=config.train.checkpoint.score_order
     )
@@ -152,68 +149,4 @@ def train_final(
         checkpoint_metrics=dict(best_metrics),
         history=list(history),
         run_path=layout.uri_of(result.path),
-    )
-
-
-# errno values that mean "the storage is full" (EFBIG: a file-size limit such as RLIMIT_FSIZE).
-_DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-
-
-def _causes(error: BaseException):
-    """The error, what it wraps (cause/context), and each worker's or the controller's failure."""
-    seen: set[int] = set()
-    pending = [error]
-    while pending:
-        current = pending.pop(0)
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        pending.extend((getattr(current, "worker_failures", None) or {}).values())
-        pending += [getattr(current, "controller_failure", None)]
-        pending += [current.__cause__, current.__context__]
-
-
-def _is_disk_full(error: BaseException) -> bool:
-    if isinstance(error, OSError) and error.errno in _DISK_FULL:
-        return True
-    return any(text in str(error) for text in ("No space left on device", "File too large"))
-
-
-def _short_reason(error: BaseException) -> str:
-    """Each failed rank and the first sentence of why (Ray's messages run to many lines)."""
-    failures = getattr(error, "worker_failures", None) or {}
-    if not failures:
-        return _first_sentence(error, 200)
-    return "; ".join(
-        f"rank {rank}: {_first_sentence(e, 150)}" for rank, e in sorted(failures.items())
-    )
-
-
-def _first_sentence(error: BaseException, limit: int) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    sentence = (lines[-1] if lines else type(error).__name__).split(". ")[0].rstrip(".")
-    return sentence if len(sentence) <= limit else sentence[:limit] + "…"
-
-
-def _training_error(error: BaseException, config: PipelineConfig, storage: str) -> BaseException:
-    """One clear error for a fit that Ray Train gave up on: ours (divergence, bad data) as
-    raised in the worker, a full disk named as such, else the worker failure and the fix."""
-    causes = list(_causes(error))
-    for cause in causes:
-        if isinstance(cause, TrainflowError):
-            return cause
-    restarts = f"train.max_failures={config.train.max_failures}"
-    for cause in causes:
-        if _is_disk_full(cause):
-            return StorageError(
-                f"disk full: a checkpoint could not be written under {storage} ({restarts}); "
-                "free space there or set storage.root to a larger disk, then re-run with the "
-                "same run id to resume from the last complete checkpoint"
-            )
-    reason = _short_reason(error)
-    return WorkerFailedError(
-        f"training failed and Ray Train gave up after {restarts} restart(s): {reason}; see the "
-        "worker logs, raise train.max_failures to tolerate more, or re-run with the same run "
-        "id to resume from the last checkpoint"
     )

@@ -1,0 +1,282 @@
+"""The training loop, written once; run by Tune trials and by Ray Train workers alike.
+
+What differs between the two (data shards, rank, reporting, checkpoints) is the context's job
+(``training.loop.contexts``); this module holds what they share: the epochs, the optimizer steps,
+validation, and the state each checkpoint keeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from training.config import PipelineConfig, validate_config
+from training.errors import TrainingDivergedError
+from training.loop.contexts import LoopContext, TrainContext, epoch_seed
+from training.manifest import FeatureSpec
+from training.metrics import worst
+from training.model.networks import build_model
+
+
+def loop_config(
+    config: PipelineConfig,
+    spec: FeatureSpec,
+    max_epochs: int,
+    every_n_batches: int = 0,
+    max_workers: int = 1,
+    split_rows: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """The plain-data argument every worker/trial receives (picklable, JSON-able).
+
+    ``every_n_batches`` > 0 adds mid-epoch checkpoints (final training only: in a sweep every
+    report is one ASHA iteration, so trials report once per epoch). ``max_workers`` sizes the
+    micro-batches that keep the global batch constant when an elastic group shrinks.
+    ``split_rows`` (the manifest's rows per split) lets a worker size its shard before reading it.
+    """
+    return {
+        "pipeline": config.model_dump(mode="json"),
+        "spec": spec.to_dict(),
+        "max_epochs": max_epochs,
+        "every_n_batches": every_n_batches,
+        "max_workers": max_workers,
+        "split_rows": dict(split_rows or {}),
+    }
+
+
+def step_plan(global_batch: int, world_size: int, max_workers: int) -> tuple[int, int]:
+    """(rows per worker per optimizer step, rows per forward pass).
+
+    The global batch is split across the workers there are, so an elastic group that lost
+    workers still steps on ``global_batch`` rows (exactly when the worker count divides it).
+    Each worker accumulates gradients over micro-batches no larger than at full size
+    (``global_batch / max_workers``), so its memory per forward pass does not grow.
+    """
+    per_worker = max(1, global_batch // world_size)
+    micro = max(1, math.ceil(global_batch / max(max_workers, world_size)))
+    return per_worker, min(micro, per_worker)
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
+
+
+@dataclass
+class _Run:
+    """One run of the loop: what it trains, how, and where it reports."""
+
+    ctx: LoopContext
+    config: PipelineConfig
+    spec: FeatureSpec
+    max_epochs: int
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    history: list[dict[str, float]] = field(default_factory=list)
+    every_n_batches: int = 0
+    batch_rows: int = 1  # per worker per optimizer step
+    micro_rows: int = 1  # per forward pass
+    loss_fn: nn.Module = field(default_factory=lambda: nn.CrossEntropyLoss(reduction="sum"))
+
+
+@dataclass
+class _Start:
+    """Where training starts: epochs completed, and batches done in the next one (mid-epoch
+    checkpoints) with the global loss totals over them."""
+
+    epoch: int = 0
+    batch: int = 0
+    partial: list[float] | None = None
+
+
+def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float]]:
+    """Train for ``max_epochs``, reporting once per epoch; resume from the context's state.
+
+    Returns the full per-epoch history (also kept in every checkpoint so it survives restarts).
+    """
+    run = _build_run(settings, ctx)
+    start = _resume(run, ctx.latest_state())
+    run.model = ctx.prepare_model(run.model)
+    for epoch in range(start.epoch, run.max_epochs):
+        metrics = _run_epoch(run, epoch, start if epoch == start.epoch else _Start(epoch))
+        run.scheduler.step()
+        run.history.append(metrics)
+        ctx.report(metrics, _checkpoint_state(run, epoch + 1, metrics=metrics))
+    return run.history
+
+
+def train_worker(settings: dict[str, Any]) -> list[dict[str, float]]:
+    """``train_loop_per_worker`` of the TorchTrainer."""
+    return run_loop(settings, TrainContext.from_settings(settings))
+
+
+def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
+    """The model, optimizer and LR schedule from the settings, seeded for this rank."""
+    config = validate_config(settings["pipeline"])
+    spec = FeatureSpec.from_dict(settings["spec"])
+    max_epochs = int(settings["max_epochs"])
+    train = config.train
+    seed_everything(train.seed + ctx.rank)
+    model = build_model(config.model, spec.input_shape, spec.num_classes)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
+    scheduler = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_epochs)
+        if train.lr_schedule == "cosine"
+        else torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    )
+    # The global batch is split across workers so results do not depend on the worker count.
+    batch_rows, micro_rows = step_plan(
+        train.batch_size, ctx.world_size, int(settings.get("max_workers", 1))
+    )
+    return _Run(
+        ctx,
+        config,
+        spec,
+        max_epochs,
+        model,
+        optimizer,
+        scheduler,
+        every_n_batches=int(settings.get("every_n_batches") or 0),
+        batch_rows=batch_rows,
+        micro_rows=micro_rows,
+    )
+
+
+def _resume(run: _Run, state: dict[str, Any] | None) -> _Start:
+    """Load a checkpoint's state into the run (if any); where its training continues."""
+    if state is None:
+        return _Start()
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.history = list(state["history"])
+    start = _Start(int(state["epoch"]), int(state.get("batch", 0)), state.get("partial_totals"))
+    if start.batch and state.get("world_size", run.ctx.world_size) != run.ctx.world_size:
+        # An elastic resize changed every rank's shard: a batch position of the old split
+        # means nothing in the new one, so the epoch restarts (its first part seen twice).
+        start.batch, start.partial = 0, None
+    if run.ctx.rank == 0:  # in the worker's log: a restart or re-run continued, not restarted
+        print(
+            f"trainflow: resuming at epoch {start.epoch + 1} of {run.max_epochs} from a checkpoint"
+        )
+    return start
+
+
+def _run_epoch(run: _Run, epoch: int, start: _Start) -> dict[str, float]:
+    """Train and validate one epoch; its metrics (the LR is the one it trained with)."""
+    torch.manual_seed(epoch_seed(run.config.train.seed, epoch, run.ctx.rank))
+    train_loss = _train_epoch(run, epoch, start)
+    val_loss, val_accuracy = _validate(run)
+    if not math.isfinite(train_loss) or not math.isfinite(val_loss):
+        raise TrainingDivergedError(
+            f"training diverged at epoch {epoch + 1}: train_loss={train_loss}, "
+            f"val_loss={val_loss} (lr={run.config.train.lr:g}); lower train.lr or the sweep's "
+            "train.lr range"
+        )
+    return {
+        "epoch": epoch + 1,
+        "train_loss": train_loss,
+        "val_loss": val_loss,
+        "val_accuracy": val_accuracy,
+        "lr": run.optimizer.param_groups[0]["lr"],
+        # Elastic groups change size between attempts: the history shows each epoch's.
+        "workers": float(run.ctx.world_size),
+    }
+
+
+def _train_epoch(run: _Run, epoch: int, start: _Start) -> float:
+    """One epoch from batch ``start.batch`` on; the mean train loss over all ranks."""
+    run.model.train()
+    totals = torch.zeros(2, dtype=torch.float64)  # loss sum, rows
+    if start.partial is not None and run.ctx.rank == 0:  # once: the all-reduce sums ranks
+        totals += torch.tensor(start.partial, dtype=torch.float64)
+    bf16 = run.config.train.precision == "bf16"
+    batches = run.ctx.train_batches(epoch, run.batch_rows, start.batch)
+    for done, (features, labels) in enumerate(batches, start=start.batch + 1):
+        run.optimizer.zero_grad(set_to_none=True)
+        loss_sum = accumulate_gradients(
+            run.model, run.loss_fn, features, labels, run.micro_rows, bf16
+        )
+        run.optimizer.step()
+        totals += torch.tensor([loss_sum, len(labels)], dtype=torch.float64)
+        if run.every_n_batches and done % run.every_n_batches == 0:
+            _mid_epoch_checkpoint(run, epoch, done, totals)
+    totals = run.ctx.all_reduce_sum(totals)
+    return float(totals[0] / max(totals[1].item(), 1.0))
+
+
+def accumulate_gradients(
+    model, loss_fn, features: torch.Tensor, labels: torch.Tensor, micro: int, bf16: bool = False
+) -> float:
+    """Backward over the batch in micro-batches of at most ``micro`` rows; returns the loss sum.
+
+    Each micro-batch's summed loss is divided by the whole batch's rows, so the accumulated
+    gradient equals one pass over the whole batch. DDP all-reduces once, on the last one.
+    """
+    rows, loss_total = len(labels), 0.0
+    for start in range(0, rows, micro):
+        last = start + micro >= rows
+        no_sync = getattr(model, "no_sync", None)
+        with contextlib.nullcontext() if last or no_sync is None else no_sync():
+            with torch.autocast(features.device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(features[start : start + micro])
+            loss = loss_fn(logits.float(), labels[start : start + micro])
+            (loss / rows).backward()
+        loss_total += loss.item()
+    return loss_total
+
+
+@torch.no_grad()
+def _validate(run: _Run) -> tuple[float, float]:
+    """(val loss, val accuracy) over every rank's share of the validation split."""
+    run.model.eval()
+    totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, rows
+    for features, labels in run.ctx.val_batches(run.batch_rows):
+        logits = run.model(features)
+        correct = (logits.argmax(dim=1) == labels).sum().item()
+        totals += torch.tensor(
+            [run.loss_fn(logits, labels).item(), correct, len(labels)], dtype=torch.float64
+        )
+    # All-reduce so every rank (and rank 0's report that Tune sees) has the global metrics.
+    totals = run.ctx.all_reduce_sum(totals)
+    rows = max(totals[2].item(), 1.0)
+    return float(totals[0] / rows), float(totals[1] / rows)
+
+
+def _mid_epoch_checkpoint(run: _Run, epoch: int, done: int, totals: torch.Tensor) -> None:
+    """Report a checkpoint after ``done`` batches of ``epoch``, ranked below every real one."""
+    # Every rank reaches this point together (equal shards); the summed partial loss lets
+    # a resumed epoch report the same train_loss. The worst score keeps it from ever
+    # ranking as "best"; Ray Train still resumes from it as the latest.
+    totals = run.ctx.all_reduce_sum(totals)
+    checkpoint = run.config.train.checkpoint
+    extra = {"batch": done, "partial_totals": totals.tolist(), "world_size": run.ctx.world_size}
+    metrics = {"epoch_in_progress": epoch + 1, "batch": done}
+    metrics[checkpoint.score_attribute] = worst(checkpoint.score_order)
+    run.ctx.report(metrics, _checkpoint_state(run, epoch, **extra))
+
+
+def _checkpoint_state(run: _Run, epoch: int, **extra: Any) -> dict[str, Any] | None:
+    """What a checkpoint keeps after ``epoch`` epochs (rank 0 only: the others report None)."""
+    if run.ctx.rank != 0:
+        return None
+    return {
+        "model": _unwrap(run.model).state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "epoch": epoch,
+        "history": list(run.history),  # a copy: in-process contexts keep the dict
+        "spec": run.spec.to_dict(),
+        "model_config": run.config.model.model_dump(mode="json"),
+        **extra,
+    }
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return model.module if hasattr(model, "module") else model

@@ -1,0 +1,1 @@
+"""The models: the networks a run trains, and a checkpoint's network packaged for serving."""

@@ -1,0 +1,1 @@
+"""The hyperparameter sweep: the search space, the Ray Tune run, and what its trials came to."""
