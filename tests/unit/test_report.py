@@ -429,7 +429,10 @@ def test_the_template_ships_with_the_package():
     root = Path(__file__).resolve().parents[2]
     setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "templates/*.j2" in setuptools["package-data"]["training.report"]
-    assert "training.*" in setuptools["packages"]["find"]["include"]
+    from setuptools import find_packages
+
+    shipped = find_packages(root, include=setuptools["packages"]["find"]["include"])
+    assert {"training.report", "training.loop", "training.data"} <= set(shipped)
 
 
 def test_report_markdown_points_at_the_report():
