@@ -13,9 +13,12 @@ from prefect.exceptions import ExternalSignal
 
 from flows.summary import summary_markdown
 from tasks import stages
-from training import cluster, report, tracking
+from training import cluster, report
 from training.config import PipelineConfig
+from training.secrets import redact
 from training.storage import StorageLayout, exists, join
+from training.tracking import store, ui
+from training.tracking.runs import STAGE_TAG
 
 STAGES = ("preprocess", "sweep", "train", "evaluate", "promote")
 
@@ -51,7 +54,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     logger = get_run_logger()
     clock = StageClock()
     # Reach MLflow (a health check for servers) before Ray or any file is touched.
-    tracker = tracking.configure(config)
+    tracker = store.configure(config)
     parent = tracker.start_parent_run(
         run_id, tags={"prefect.flow_run_id": str(runtime.flow_run.id or "")}
     )
@@ -128,12 +131,12 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> dict[str,
         "sweep": sweep_outcome.to_dict() if sweep_outcome else None,
         "test_metrics": eval_result.metrics,
         "mlflow": {
-            "tracking_uri": tracking.redact(tracker.tracking_uri),
+            "tracking_uri": redact(tracker.tracking_uri),
             "experiment": config.mlflow.experiment,
             "experiment_id": tracker.experiment_id,
             "parent_run_id": parent,
             "train_run_id": train_run,
-            "ui_command": tracker.ui_command(),
+            "ui_command": ui.command(tracker),
         },
         "model": model,
         "checkpoint": train_outcome.checkpoint_path,
@@ -157,15 +160,15 @@ def _publish_report(config, tracker, parent, summary, train_history, eval_result
     try:
         resolved = config.model_dump(mode="json")
         links = {}
-        if tracker.run_url(parent):
-            links["this run in the MLflow UI"] = tracker.run_url(parent)
+        if ui.run_url(tracker, parent):
+            links["this run in the MLflow UI"] = ui.run_url(tracker, parent)
             trials = [
                 run.info.run_id
                 for run in tracker.find_runs(parent)
-                if run.data.tags.get(tracking.STAGE_TAG) == "trial"
+                if run.data.tags.get(STAGE_TAG) == "trial"
             ]
             if trials:
-                links["the sweep's trials side by side"] = tracker.compare_url(trials)
+                links["the sweep's trials side by side"] = ui.compare_url(tracker, trials)
         with tempfile.TemporaryDirectory() as tmp:
             plots = report.pipeline_plots(
                 tmp,
@@ -180,12 +183,12 @@ def _publish_report(config, tracker, parent, summary, train_history, eval_result
                 summary,
                 resolved,
                 plots,
-                config_text=tracking.redact(yaml.safe_dump(resolved, sort_keys=False)),
+                config_text=redact(yaml.safe_dump(resolved, sort_keys=False)),
                 per_class=eval_result.per_class,
                 links=links,
             )
         tracker.log_text(parent, html, "report.html")
-        location = tracker.artifact_url(parent, "report.html")
+        location = ui.artifact_url(tracker, parent, "report.html")
     except Exception as exc:  # the report must not fail a finished run
         logger.warning("the HTML report was not built: %s: %s", type(exc).__name__, exc)
         return None
