@@ -212,8 +212,8 @@ def analyse(run: dict[str, Any]) -> dict[str, Any]:
     call_start, call_end = _spans(t, "flow_call")[0]
     first_task = min(s for name in STAGE_TASKS["preprocess"] for s, _ in _spans(t, name))
     last_task = max(e for name in STAGE_TASKS["promote"] for _, e in _spans(t, name))
-    # The flow body opens with MLflow set-up (tracking.configure) and ends with its last
-    # artifact; without those stamps, fall back to the first/last task (coarser, never wrong).
+    # The flow body opens with MLflow set-up (store.configure) and ends with its last artifact;
+    # without those stamps, fall back to the first/last task (coarser, never wrong).
     configure = [s for s, _ in _spans(t, "mlflow:configure") if call_start <= s <= first_task]
     body_start = min(configure) if configure else first_task
     artifacts = [e for _, e in _spans(t, "flow:artifact") if last_task <= e <= call_end]

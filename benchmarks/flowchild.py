@@ -64,8 +64,9 @@ def instrument(spans: dict) -> list[str]:
     prepare_environment()  # what `trainflow run` does before prefect is imported
     import flows.pipeline as pipeline_module
     import tasks.stages as stages
-    from training import cluster, tracking
+    from training import cluster
     from training.data import preprocess as preprocessing
+    from training.tracking import registry, runs, store
 
     missing: list[str] = []
     # The flow itself stays untouched (Prefect validates its parameters against ``flow.fn``'s
@@ -95,12 +96,12 @@ def instrument(spans: dict) -> list[str]:
     _wrap(stages, "run_sweep", spans, "lib:sweep", missing)
     _wrap(stages, "train_final", spans, "lib:train", missing)
     _wrap(stages, "evaluate_state", spans, "lib:evaluate", missing)
-    _wrap(tracking.Tracker, "log_and_register_model", spans, "lib:promote", missing)
-    _wrap(tracking.Tracker, "promote", spans, "lib:promote", missing)
-    _wrap(tracking.Tracker, "start_parent_run", spans, "mlflow:parent_run", missing)
+    _wrap(registry, "log_and_register_model", spans, "lib:promote", missing)
+    _wrap(registry, "promote", spans, "lib:promote", missing)
+    _wrap(runs.Tracker, "start_parent_run", spans, "mlflow:parent_run", missing)
     _wrap(cluster, "connect", spans, "ray:connect", missing)
     _wrap(cluster, "shutdown", spans, "ray:shutdown", missing)
-    _wrap(tracking, "configure", spans, "mlflow:configure", missing)
+    _wrap(store, "configure", spans, "mlflow:configure", missing)
     return missing
 
 

@@ -11,13 +11,15 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import ExternalSignal
 
 from tasks import stages
-from training import cluster, signals, tracking
+from training import cluster, signals
 from training.config import PipelineConfig
 from training.report.html import report_html, report_plots
 from training.report.markdown import report_markdown, summary_markdown
 from training.secrets import redact
 from training.storage import StorageLayout, exists, join
 from training.summary import DataSummary, MlflowSummary, ModelSummary, RunSummary
+from training.tracking import store, ui
+from training.tracking.runs import STAGE_TAG
 
 STAGES = ("preprocess", "sweep", "train", "evaluate", "promote")
 
@@ -53,7 +55,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     logger = get_run_logger()
     clock = StageClock()
     # Reach MLflow (a health check for servers) before Ray or any file is touched.
-    tracker = tracking.configure(config)
+    tracker = store.configure(config)
     parent = tracker.start_parent_run(
         run_id, tags={"prefect.flow_run_id": str(runtime.flow_run.id or "")}
     )
@@ -135,7 +137,7 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
             experiment_id=tracker.experiment_id,
             parent_run_id=parent,
             train_run_id=train_run,
-            ui_command=tracker.ui_command(),
+            ui_command=ui.command(tracker),
         ),
         model=ModelSummary(**model),
         checkpoint=train_outcome.checkpoint_path,
@@ -158,15 +160,15 @@ def _publish_report(
     logger = get_run_logger()
     try:
         links = {}
-        if tracker.run_url(parent):
-            links["this run in the MLflow UI"] = tracker.run_url(parent)
+        if ui.run_url(tracker, parent):
+            links["this run in the MLflow UI"] = ui.run_url(tracker, parent)
             trials = [
                 run.info.run_id
                 for run in tracker.find_runs(parent)
-                if run.data.tags.get(tracking.STAGE_TAG) == "trial"
+                if run.data.tags.get(STAGE_TAG) == "trial"
             ]
             if trials:
-                links["the sweep's trials side by side"] = tracker.compare_url(trials)
+                links["the sweep's trials side by side"] = ui.compare_url(tracker, trials)
         with tempfile.TemporaryDirectory() as tmp:
             plots = report_plots(
                 tmp,
@@ -179,7 +181,7 @@ def _publish_report(
             )
             html = report_html(summary, config, plots, per_class=eval_result.per_class, links=links)
         tracker.log_text(parent, html, "report.html")
-        location = tracker.artifact_url(parent, "report.html")
+        location = ui.artifact_url(tracker, parent, "report.html")
     except Exception as exc:  # the report must not fail a finished run
         logger.warning("the HTML report was not built: %s: %s", type(exc).__name__, exc)
         return None

@@ -11,7 +11,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.policy import STAGE_TASK_OPTIONS
-from training import cluster, tracking
+from training import cluster
 from training.config import PipelineConfig
 from training.data import inputs
 from training.data import preprocess as preprocessing
@@ -23,6 +23,7 @@ from training.report.plots import evaluation_plots, learning_curves_png
 from training.report.sweep_plots import sweep_plots
 from training.report.trials import TrialRow, sweep_saving, trial_rows
 from training.storage import StorageLayout
+from training.tracking import registry, store, sweep_runs
 from training.tune.outcome import SweepOutcome
 from training.tune.sweep import run_sweep
 
@@ -66,7 +67,7 @@ def preprocess(config: PipelineConfig, fingerprint: str, files: list[str]) -> Ma
 @task(name="sweep", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
 def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: str) -> SweepOutcome:
     connect_ray(config)
-    tracker = tracking.configure(config)
+    tracker = store.configure(config)
     sweep_run = tracker.start_child_run(parent_run, "sweep", stage="sweep")
     tracker.log_params(
         sweep_run,
@@ -84,7 +85,7 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         manifest,
         run_id,
         StorageLayout.from_config(config),
-        callbacks=[tracker.tune_callback(sweep_run)],
+        callbacks=[sweep_runs.tune_callback(tracker, sweep_run)],
     )
     statuses = [t.status for t in outcome.trials]
     saving = sweep_saving(outcome)
@@ -179,7 +180,7 @@ def train(
 ) -> tuple[TrainOutcome, str]:
     """Final DDP training; returns the outcome and its MLflow run id (the model's source run)."""
     connect_ray(config)
-    tracker = tracking.configure(config)
+    tracker = store.configure(config)
     train_run = tracker.start_child_run(parent_run, "train", stage="train")
     tracker.log_params(
         train_run,
@@ -213,7 +214,7 @@ def evaluate(
     config: PipelineConfig, manifest: Manifest, checkpoint_path: str, parent_run: str
 ) -> EvalResult:
     connect_ray(config)
-    tracker = tracking.configure(config)
+    tracker = store.configure(config)
     eval_run = tracker.start_child_run(parent_run, "evaluate", stage="evaluate")
     tracker.set_tags(eval_run, {"checkpoint_path": checkpoint_path})
     result = evaluate_state(
@@ -252,7 +253,7 @@ def promote(
     """Log the model, register a version, alias challenger; move champion only if it wins."""
     from training.data.read import load_split_arrays
 
-    tracker = tracking.configure(config)
+    tracker = store.configure(config)
     state = _load_checkpoint_state(config, train_outcome.checkpoint_path)
     features = load_split_arrays(manifest, "test", config.storage.endpoint_url)[0][:5]
     spec = manifest.spec
@@ -267,7 +268,8 @@ def promote(
         from training.loop.checkpoint import save_state
 
         state_path = save_state({k: v for k, v in state.items() if k != "optimizer"}, tmp)
-        version = tracker.log_and_register_model(
+        version = registry.log_and_register_model(
+            tracker,
             train_run,
             serving_model(state),
             raw_example.astype("float32"),
@@ -280,17 +282,19 @@ def promote(
                 **{k: f"{v:.6g}" for k, v in eval_result.metrics.items()},
             },
         )
-    decision = tracker.promote(version["version"], eval_result.metrics[metric])
-    tracker.describe_model(
+    decision = registry.promote(tracker, version["version"], eval_result.metrics[metric])
+    registry.describe_model(
+        tracker,
         f"{description}; gate: {decision['decision']} (pipeline run {parent_run})",
         version=version["version"],
     )
     # The registry page: what the model is, and what the aliases mean.
-    tracker.describe_model(
+    registry.describe_model(
+        tracker,
         f"{config.model.kind} classifier trained by trainflow on {manifest.source}. "
-        f"Alias `{tracking.CHAMPION}`: the version in use; `{tracking.CHALLENGER}`: the latest "
+        f"Alias `{registry.CHAMPION}`: the version in use; `{registry.CHALLENGER}`: the latest "
         f"candidate. Each version is tagged with its source run, data fingerprint, test "
-        f"metrics and the gate's decision ({metric})."
+        f"metrics and the gate's decision ({metric}).",
     )
     tracker.set_tags(
         parent_run, {"model_version": version["version"], "gate": decision["decision"]}

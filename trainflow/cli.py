@@ -132,13 +132,14 @@ def config_show(
 
 
 def _model_state(config, model_uri: str) -> dict[str, Any]:
-    from training import tracking
     from training.loop.checkpoint import load_model_state
+    from training.tracking import registry, store
 
     local = Path(model_uri)
     if local.exists():
         return load_model_state(str(local))
-    return load_model_state(str(tracking.configure(config).model_files(model_uri)))
+    tracker = store.configure(config)
+    return load_model_state(str(registry.model_files(tracker, model_uri)))
 
 
 @app.command()

@@ -1,7 +1,7 @@
 """``trainflow compare``: a sweep's trials read back from MLflow, side by side, best first, with
 the MLflow UI address of the compare view.
 
-Everything MLflow comes through ``training.tracking`` (``Tracker.sweep_trials`` returns plain
+Everything MLflow comes through ``training.tracking`` (``sweep_runs.sweep_trials`` returns plain
 dicts); this module only sorts, formats and prints them.
 """
 
@@ -106,11 +106,13 @@ def trials_table(sweep: Mapping[str, Any], trials: Sequence[Mapping[str, Any]]) 
 
 def where_to_compare(tracker, sweep: Mapping[str, Any], trials: Sequence[Mapping]) -> list[str]:
     """Lines that say how to open the compare view of ``trials`` in the MLflow UI."""
-    url = tracker.compare_url([t["run_id"] for t in trials], [sweep["experiment_id"]])
-    if tracker.run_url(sweep["sweep_run_id"]) is not None:  # a tracking server
+    from training.tracking import ui
+
+    url = ui.compare_url(tracker, [t["run_id"] for t in trials], [sweep["experiment_id"]])
+    if ui.run_url(tracker, sweep["sweep_run_id"]) is not None:  # a tracking server
         return [f"compare view in the MLflow UI: {url}"]
     return [
-        f"start the MLflow UI: {tracker.ui_command()}",
+        f"start the MLflow UI: {ui.command(tracker)}",
         f"then open the compare view: {url}",
     ]
 
@@ -133,14 +135,14 @@ def compare(
     ),
 ) -> None:
     """Compare a sweep's trials from MLflow: params, best val metric, epochs, fate; best first."""
-    from training import tracking
     from training.overrides import load_config
+    from training.tracking import store, sweep_runs
 
     config = load_config(config_file, list(overrides or []))
     if experiment is not None:
         config = config.with_overrides({"mlflow.experiment": experiment})
-    tracker = tracking.configure(config, create=False)
-    sweep = tracker.sweep_trials(run)
+    tracker = store.configure(config, create=False)
+    sweep = sweep_runs.sweep_trials(tracker, run)
     if not sweep["trials"]:
         raise TrainflowError(
             f"sweep run {sweep['sweep_run_id']} of experiment {sweep['experiment']!r} has no "

@@ -161,7 +161,7 @@ def test_sigkilled_worker_resumes_mid_epoch_in_one_mlflow_run(
     manifest, layout, tmp_path, monkeypatch
 ):
     from tasks import stages
-    from training import tracking
+    from training.tracking import store
 
     every_n = 5
     config = _config("train.max_failures=1", f"train.checkpoint.every_n_batches={every_n}")
@@ -181,7 +181,7 @@ def test_sigkilled_worker_resumes_mid_epoch_in_one_mlflow_run(
     monkeypatch.setattr(
         stages, "train_final", functools.partial(train_final, train_fn=_faulty_worker)
     )
-    tracker = tracking.configure(config)
+    tracker = store.configure(config)
     parent = tracker.start_parent_run("sigkill-run")
 
     killer = _kill_when_ready(fault_dir)

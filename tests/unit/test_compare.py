@@ -68,7 +68,7 @@ def test_table_rows_in_given_order_with_union_of_params():
 def store(tmp_path_factory):
     """A pipeline run with a sweep of three trials (one stopped by ASHA) in a sqlite store."""
     from training.config import MlflowConfig, PipelineConfig
-    from training.tracking import configure
+    from training.tracking.store import configure
 
     home = tmp_path_factory.mktemp("compare-home")
     with pytest.MonkeyPatch.context() as mp:
@@ -105,8 +105,10 @@ def store(tmp_path_factory):
 
 
 def test_sweep_trials_reads_the_sweep_back(store):
+    from training.tracking import sweep_runs
+
     tracker = store["tracker"]
-    data = tracker.sweep_trials()  # the latest sweep
+    data = sweep_runs.sweep_trials(tracker)  # the latest sweep
     assert data["sweep_run_id"] == store["sweep"] and data["parent_run_id"] == store["parent"]
     assert data["parent_run_name"] == "pipeline-cmp-1" and data["experiment"] == EXPERIMENT
     assert (data["metric"], data["mode"], data["max_t"]) == ("val_accuracy", "max", "3")
@@ -118,11 +120,13 @@ def test_sweep_trials_reads_the_sweep_back(store):
     assert by_name["trial 01 · lr=0.0001"]["params"] == {"train.lr": "0.0001"}
     # the same sweep from the parent, the sweep or a trial run id
     for run_id in (store["parent"], store["sweep"], store["trials"]["trial 00 · lr=0.003"]):
-        assert tracker.sweep_trials(run_id)["sweep_run_id"] == store["sweep"]
+        assert sweep_runs.sweep_trials(tracker, run_id)["sweep_run_id"] == store["sweep"]
 
 
 def test_compare_url_of_a_local_store(store):
-    url = store["tracker"].compare_url(["a", "b"], ["7"])
+    from training.tracking import ui
+
+    url = ui.compare_url(store["tracker"], ["a", "b"], ["7"])
     assert url.startswith("http://127.0.0.1:5000/#/compare-runs?runs=")
     query = urllib.parse.parse_qs(url.split("?", 1)[1])
     assert query == {"runs": ['["a","b"]'], "experiments": ['["7"]']}

@@ -40,6 +40,7 @@ REQUIRED = [
     "training.report.trials",
     "training.report.html",
     "training.report.markdown",
+    "training.tracking.gate",
 ]
 # The modules a Ray worker imports: none of them may pull in prefect.
 WORKER_MODULES = [
@@ -69,8 +70,10 @@ TRAINING_BOTTOM = {
     "training.secrets",
     "training.probe",
 }
-# The one module that may import mlflow.
+# The one package that may import mlflow (any module under it) ...
 MLFLOW_HOME = "training.tracking"
+# ... except these, which decide without a server: no mlflow, nothing of ours but the bottom.
+MLFLOW_FREE = {"training.tracking.gate"}
 
 SUBPROCESS_TIMEOUT_S = 300
 
@@ -233,17 +236,41 @@ def test_required_module_exists(module):
     assert exists(module), f"{module} is required: {module.replace('.', '/')}.py is missing"
 
 
-# --- (a) training never imports prefect; only training/tracking.py imports mlflow ------------
+# --- (a) training never imports prefect; only training/tracking/ imports mlflow ------------
 
 
-@pytest.mark.parametrize("path", package_files("training"), ids=lambda p: p.name)
+def may_import_mlflow(module: str) -> bool:
+    in_home = module == MLFLOW_HOME or module.startswith(f"{MLFLOW_HOME}.")
+    return in_home and module not in MLFLOW_FREE
+
+
+@pytest.mark.parametrize(
+    "path", package_files("training"), ids=lambda p: str(p.relative_to(REPO_ROOT / "training"))
+)
 def test_training_imports_neither_prefect_nor_mlflow(path):
     tops = {top(name) for name in imported_modules(path)}
     assert "prefect" not in tops, f"{path.name} imports prefect; training/ must run on any worker"
-    if module_name(path) != MLFLOW_HOME:
+    if not may_import_mlflow(module_name(path)):
         assert "mlflow" not in tops, (
-            f"{path.name} imports mlflow; only training/tracking.py may (keep MLflow in one place)"
+            f"{path.name} imports mlflow; only training/tracking/ may (keep MLflow in one place), "
+            f"and not {sorted(MLFLOW_FREE)}"
         )
+
+
+def test_the_mlflow_home_is_drawn_tight():
+    assert may_import_mlflow("training.tracking.registry")
+    assert not may_import_mlflow("training.tracking.gate")
+    assert not may_import_mlflow("training.trackingx")
+    assert not may_import_mlflow("training.data")
+
+
+@pytest.mark.parametrize("module", sorted(MLFLOW_FREE))
+def test_mlflow_free_modules_import_only_the_bottom(module):
+    """The gate is pure: not even another tracking module (they import mlflow) may come in."""
+    path = REPO_ROOT / Path(*module.split(".")).with_suffix(".py")
+    ours = {name for name in imported_modules(path) if top(name) in RANK}
+    outside = sorted(n for n in ours if ".".join(n.split(".")[:2]) not in TRAINING_BOTTOM)
+    assert not outside, f"{module} must decide without a server, yet imports {outside}"
 
 
 @pytest.mark.parametrize("module", [m for m in WORKER_MODULES if m not in REQUIRED])

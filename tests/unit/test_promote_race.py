@@ -27,7 +27,8 @@ RACER = textwrap.dedent(
     """
     import json, sys, time
     from training.config import MlflowConfig, PipelineConfig
-    from training.tracking import configure
+    from training.tracking import registry
+    from training.tracking.store import configure
 
     import os
     uri, name, version, value, ready, go = sys.argv[1:7]
@@ -45,7 +46,7 @@ RACER = textwrap.dedent(
     open(ready, "w").close()
     while not os.path.exists(go):
         time.sleep(0.01)
-    print(json.dumps(tracker.promote(version, float(value))))
+    print(json.dumps(registry.promote(tracker, version, float(value))))
     """
 )
 
@@ -91,7 +92,8 @@ def _race(uri: str, name: str, entrants: list[tuple[str, float]], tmp: Path) -> 
 
 
 def test_racing_promotions_end_with_the_better_model_as_champion(store, tmp_path):
-    from training.tracking import LOCK_SUFFIX, configure
+    from training.tracking.lock import LOCK_SUFFIX
+    from training.tracking.store import configure
 
     name = "race-model"
     tracker = configure(_config(store, name))
@@ -117,25 +119,27 @@ def test_racing_promotions_end_with_the_better_model_as_champion(store, tmp_path
 
 
 def test_a_lock_left_by_a_crashed_promotion_is_broken_once_stale(store, monkeypatch):
-    import training.tracking as tracking
+    from training.errors import TrainflowError
+    from training.tracking import lock, registry
+    from training.tracking.store import configure
 
     name = "stale-model"
-    tracker = tracking.configure(_config(store, name))
+    tracker = configure(_config(store, name))
     tracker.client.create_registered_model(name)
     version = tracker.client.create_model_version(name, "file:///nowhere/v1").version
     # A promotion that crashed inside the lock left it behind.
-    tracker.client.create_registered_model(f"{name}{tracking.LOCK_SUFFIX}")
+    tracker.client.create_registered_model(f"{name}{lock.LOCK_SUFFIX}")
 
     with (
-        pytest.raises(tracking.TrainflowError) as err,
-        tracker.registry_lock(name, timeout_s=1.0),
+        pytest.raises(TrainflowError) as err,
+        lock.registry_lock(tracker.client, name, timeout_s=1.0),
     ):
         pass
-    assert f"{name}{tracking.LOCK_SUFFIX}" in str(err.value)
+    assert f"{name}{lock.LOCK_SUFFIX}" in str(err.value)
     assert "delete the registered model" in str(err.value)
 
-    monkeypatch.setattr(tracking, "LOCK_STALE_S", 0.0)
-    assert tracker.promote(str(version), 0.9)["decision"] == "first-model"
+    monkeypatch.setattr(lock, "LOCK_STALE_S", 0.0)
+    assert registry.promote(tracker, str(version), 0.9)["decision"] == "first-model"
 
 
 def test_promote_step_rerun_after_a_crash_registers_no_duplicate(store, tmp_path, monkeypatch):
@@ -144,7 +148,8 @@ def test_promote_step_rerun_after_a_crash_registers_no_duplicate(store, tmp_path
     import mlflow
     import torch
 
-    from training.tracking import configure
+    from training.tracking import registry
+    from training.tracking.store import configure
 
     name = "rerun-model"
     tracker = configure(_config(store, name))
@@ -156,8 +161,8 @@ def test_promote_step_rerun_after_a_crash_registers_no_duplicate(store, tmp_path
     example = np.zeros((3, 4), dtype="float32")
 
     def step():
-        info = tracker.log_and_register_model(run, model, example, str(state), "m")
-        return info, tracker.promote(info["version"], 0.9)
+        info = registry.log_and_register_model(tracker, run, model, example, str(state), "m")
+        return info, registry.promote(tracker, info["version"], 0.9)
 
     register = mlflow.register_model
 

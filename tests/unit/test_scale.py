@@ -119,12 +119,12 @@ def test_ray_paths_inside_s3_become_uris_again():
 
 
 def test_embedded_mlflow_puts_artifacts_under_an_s3_root(tmp_path):
-    from training.tracking import _artifact_location
+    from training.tracking.store import artifact_location
 
     sqlite = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert _artifact_location(sqlite, "exp", "s3://bucket/prefix/") == (
+    assert artifact_location(sqlite, "exp", "s3://bucket/prefix/") == (
         "s3://bucket/prefix/mlartifacts/exp"
     )
-    assert _artifact_location(sqlite, "exp", None).startswith("file://")
+    assert artifact_location(sqlite, "exp", None).startswith("file://")
     # A tracking server decides its own artifact store (--artifacts-destination).
-    assert _artifact_location("http://127.0.0.1:5000", "exp", "s3://bucket/prefix") is None
+    assert artifact_location("http://127.0.0.1:5000", "exp", "s3://bucket/prefix") is None

@@ -258,7 +258,7 @@ def test_run_deployment_without_a_stack_suggests_up(home):
 
 
 def test_mlflow_server_down_names_the_url_and_the_fix():
-    from training.tracking import check_reachable
+    from training.tracking.store import check_reachable
 
     url = f"http://127.0.0.1:{free_port()}"
     start = time.monotonic()

@@ -14,6 +14,7 @@ import yaml
 from training.config import GateConfig, MlflowConfig, PipelineConfig
 from training.errors import ModelNotFoundError, ServiceUnreachableError
 from training.storage import default_artifact_root, default_tracking_uri
+from training.tracking.registry import log_and_register_model, model_files, promote
 
 EXPERIMENT = "trainflow-unit"
 
@@ -34,7 +35,7 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tracker(home):
-    from training.tracking import configure
+    from training.tracking.store import configure
 
     return configure(make_config())
 
@@ -44,7 +45,7 @@ def registered(tracker, home):
     """One model logged and registered as version 1 of its own registered model."""
     import torch
 
-    from training.tracking import configure
+    from training.tracking.store import configure
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
@@ -54,8 +55,8 @@ def registered(tracker, home):
     parent = own.start_parent_run("register", {})
     run = own.start_child_run(parent, "promote", "promote")
     example = np.random.default_rng(0).normal(size=(5, 4))  # float64: cast to the model's dtype
-    info = own.log_and_register_model(
-        run, model, example, str(state_path), "unit test model", {"data.fingerprint": "abc"}
+    info = log_and_register_model(
+        own, run, model, example, str(state_path), "unit test model", {"data.fingerprint": "abc"}
     )
     return {"tracker": own, "info": info, "run": run, "model": model, "parent": parent}
 
@@ -68,7 +69,7 @@ def statuses(tracker, run_ids):
 
 
 def test_resolve_tracking_uri_order(home, monkeypatch):
-    from training.tracking import resolve_tracking_uri
+    from training.tracking.store import resolve_tracking_uri
 
     assert resolve_tracking_uri(MlflowConfig()) == default_tracking_uri()
     assert default_tracking_uri().endswith(f"{home}/mlflow.db")
@@ -79,33 +80,36 @@ def test_resolve_tracking_uri_order(home, monkeypatch):
 
 
 def test_experiment_artifacts_under_home(tracker, home):
+    from training.tracking import ui
+
     experiment = tracker.client.get_experiment(tracker.experiment_id)
     assert experiment.name == EXPERIMENT
     assert experiment.artifact_location == f"{default_artifact_root()}/{EXPERIMENT}"
     assert experiment.artifact_location.startswith(home.as_uri())
     assert tracker.tracking_uri == default_tracking_uri()
-    assert tracker.ui_command() == (
+    assert ui.command(tracker) == (
         f"mlflow ui --backend-store-uri {default_tracking_uri()} --host 127.0.0.1 --port 5000"
     )
-    assert tracker.run_url("abc") is None
+    assert ui.run_url(tracker, "abc") is None
 
 
 def test_configure_again_reuses_experiment(tracker):
-    from training.tracking import configure
+    from training.tracking.store import configure
 
     assert configure(make_config()).experiment_id == tracker.experiment_id
 
 
 def test_http_urls_drop_credentials():
-    from training.tracking import Tracker
+    from training.tracking import ui
+    from training.tracking.runs import Tracker
 
     remote = Tracker(None, "http://alice:s3cret@mlflow.internal:5000", "7", make_config())
-    assert remote.ui_command() == "http://mlflow.internal:5000"
-    assert remote.run_url("r1") == "http://mlflow.internal:5000/#/experiments/7/runs/r1"
+    assert ui.command(remote) == "http://mlflow.internal:5000"
+    assert ui.run_url(remote, "r1") == "http://mlflow.internal:5000/#/experiments/7/runs/r1"
 
 
 def test_unreachable_server_fails_fast(monkeypatch):
-    from training.tracking import configure
+    from training.tracking.store import configure
 
     with socket.socket() as sock:  # a loopback port that is certainly closed
         sock.bind(("127.0.0.1", 0))
@@ -158,7 +162,7 @@ def health_server():
 def test_health_check(health_server):
     import base64
 
-    from training.tracking import check_reachable
+    from training.tracking.store import check_reachable
 
     check_reachable(health_server["url"] + "/prefix")
     assert health_server["paths"] == ["/prefix/health"]
@@ -218,7 +222,7 @@ def test_parent_run_params_and_config(tracker):
 
 def test_no_credentials_logged(home):
     from training.config import StorageConfig
-    from training.tracking import configure
+    from training.tracking.store import configure
 
     config = PipelineConfig(
         mlflow=MlflowConfig(experiment=EXPERIMENT),
@@ -349,9 +353,11 @@ def test_close_unfinished_leaves_nothing_running(tracker):
 
 
 def test_tune_callback_one_finished_run_per_trial(tracker):
+    from training.tracking.sweep_runs import tune_callback
+
     parent = tracker.start_parent_run("flow-sweep", {})
     sweep = tracker.start_child_run(parent, "sweep", "sweep")
-    callback = tracker.tune_callback(sweep)
+    callback = tune_callback(tracker, sweep)
     assert callback.tags["mlflow.parentRunId"] == sweep
     assert callback.should_save_artifact is False
 
@@ -402,7 +408,7 @@ def test_log_and_register_model(registered):
     assert tracker.client.get_run(registered["run"]).info.status == "RUNNING"
 
     for uri in (info["model_uri"], info["logged_model_uri"], f"runs:/{registered['run']}/model"):
-        path = tracker.model_files(uri)
+        path = model_files(tracker, uri)
         assert path.name == "state.pt"
         state = torch.load(path, weights_only=True)
         assert state["classes"] == [0, 1, 2]
@@ -415,8 +421,14 @@ def test_log_and_register_model(registered):
 
 def test_register_again_from_same_run_reuses_version(registered, home):
     tracker, info = registered["tracker"], registered["info"]
-    again = tracker.log_and_register_model(
-        registered["run"], registered["model"], np.zeros((3, 4)), str(home / "state.pt"), "x", {}
+    again = log_and_register_model(
+        tracker,
+        registered["run"],
+        registered["model"],
+        np.zeros((3, 4)),
+        str(home / "state.pt"),
+        "x",
+        {},
     )
     assert again == info
     versions = tracker.client.search_model_versions("name = 'unit-registered'")
@@ -438,7 +450,7 @@ def test_model_files_missing(registered):
     tracker = registered["tracker"]
     for uri in ("models:/unit-registered@nobody", "models:/no-such-model/1"):
         with pytest.raises(ModelNotFoundError) as excinfo:
-            tracker.model_files(uri)
+            model_files(tracker, uri)
         assert uri in str(excinfo.value)
         assert "MLflow UI" in str(excinfo.value)
 
@@ -447,7 +459,7 @@ def _versions(registered, name: str, count: int, **gate) -> tuple:
     """A tracker whose registered model ``name`` has ``count`` versions of the logged model."""
     import mlflow
 
-    from training.tracking import configure
+    from training.tracking.store import configure
 
     tracker = configure(make_config(registered_model=name, gate=GateConfig(**gate)))
     mlflow.set_tracking_uri(tracker.tracking_uri)
@@ -462,13 +474,13 @@ def test_promote_accuracy_gate(registered):
     )
     client, name = tracker.client, "unit-gate-acc"
 
-    first = tracker.promote(v1, 0.80)
+    first = promote(tracker, v1, 0.80)
     assert first["decision"] == "first-model"
     assert first["champion_version"] == v1
     assert first["aliases"] == ["challenger", "champion"]
     assert str(client.get_model_version_by_alias(name, "champion").version) == v1
 
-    worse = tracker.promote(v2, 0.78)
+    worse = promote(tracker, v2, 0.78)
     assert worse["decision"] == "kept-champion"
     assert worse["champion_version"] == v1
     assert worse["champion_value"] == pytest.approx(0.80)
@@ -482,11 +494,11 @@ def test_promote_accuracy_gate(registered):
     assert float(tags["gate.champion_value"]) == pytest.approx(0.80)
     assert tags["gate.previous_champion"] == v1
 
-    barely = tracker.promote(v3, 0.805)  # better, but not by more than min_delta
+    barely = promote(tracker, v3, 0.805)  # better, but not by more than min_delta
     assert barely["decision"] == "kept-champion"
     assert str(client.get_model_version_by_alias(name, "champion").version) == v1
 
-    better = tracker.promote(v4, 0.85)
+    better = promote(tracker, v4, 0.85)
     assert better["decision"] == "promoted"
     assert better["champion_version"] == v4
     assert better["aliases"] == ["challenger", "champion"]
@@ -495,16 +507,16 @@ def test_promote_accuracy_gate(registered):
     assert client.get_model_version(name, v1).aliases == []
 
     # the registered model's state file follows the alias
-    assert tracker.model_files(f"models:/{name}@champion").name == "state.pt"
+    assert model_files(tracker, f"models:/{name}@champion").name == "state.pt"
 
 
 def test_promote_loss_gate_lower_is_better(registered):
     tracker, (v1, v2, v3) = _versions(registered, "unit-gate-loss", 3, metric="test_loss")
     name = "unit-gate-loss"
-    assert tracker.promote(v1, 0.50)["decision"] == "first-model"
-    higher = tracker.promote(v2, 0.60)
+    assert promote(tracker, v1, 0.50)["decision"] == "first-model"
+    higher = promote(tracker, v2, 0.60)
     assert higher["decision"] == "kept-champion"
     assert str(tracker.client.get_model_version_by_alias(name, "champion").version) == v1
-    lower = tracker.promote(v3, 0.30)
+    lower = promote(tracker, v3, 0.30)
     assert lower["decision"] == "promoted"
     assert str(tracker.client.get_model_version_by_alias(name, "champion").version) == v3
