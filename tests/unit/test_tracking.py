@@ -439,7 +439,12 @@ def test_registered_model_predicts_any_batch(registered):
     import mlflow.pyfunc
     import torch
 
-    model = mlflow.pyfunc.load_model(registered["info"]["model_uri"])
+    from training.tracking.store import global_uris
+
+    # models:/ URIs resolve through the process-wide registry URI: name the store explicitly,
+    # or the test depends on which test last set it.
+    with global_uris(registered["tracker"].tracking_uri):
+        model = mlflow.pyfunc.load_model(registered["info"]["model_uri"])
     batch = np.random.default_rng(1).normal(size=(7, 4)).astype("float32")
     with torch.no_grad():
         expected = registered["model"](torch.from_numpy(batch)).numpy()
