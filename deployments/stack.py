@@ -121,6 +121,10 @@ def service_environment(home: Path) -> dict[str, str]:
         "RAY_AIR_NEW_OUTPUT": "0",
         "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false",
         "GIT_PYTHON_REFRESH": "quiet",
+        # trainflow's progress events reach the flow run's logs in the Prefect UI.
+        "PREFECT_LOGGING_EXTRA_LOGGERS": "trainflow",
+        # The temporary server's 20 s default is too short on a busy 2-core machine.
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     }
 
 

@@ -27,6 +27,16 @@ USER_ERROR_EXIT = 2
 FAILURE_EXIT = 1
 
 
+def attach(out, err) -> None:
+    """Print to these streams (the terminal) while the process's own stdout/stderr go to a log."""
+    console.file, errors.file = out, err
+
+
+def detach() -> None:
+    """Back to the process's stdout/stderr."""
+    console.file = errors.file = None
+
+
 def print_error(message: str) -> None:
     """``error: message`` on stderr, as written (no markup, long lines unbroken)."""
     errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)

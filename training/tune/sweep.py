@@ -115,6 +115,8 @@ def run_sweep(
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
+    from training.tune.progress import SweepProgress
+
     sweep = config.sweep
     storage_path, storage_fs = layout.ray_storage(run_id)
     trainable = _trainable(config, manifest, storage_path, storage_fs)
@@ -155,7 +157,10 @@ def run_sweep(
                 name=SWEEP_NAME,
                 storage_path=storage_path,
                 storage_filesystem=storage_fs,
-                callbacks=callbacks or [],
+                callbacks=[
+                    *(callbacks or []),
+                    SweepProgress(sweep.metric, sweep.mode, sweep.num_samples, sweep.asha.max_t),
+                ],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 verbose=0,
             ),
