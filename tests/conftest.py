@@ -17,6 +17,10 @@ def trainflow_home(tmp_path_factory) -> Path:
     old = os.environ.get("TRAINFLOW_HOME")
     os.environ["TRAINFLOW_HOME"] = str(home)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # One authentication mode for every Ray client and instance of the session, set before any
+    # test imports Ray: Ray caches the mode per process, and a test that joins a `ray start`
+    # cluster after another test ran a local instance would otherwise be refused.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
     yield home
     if old is None:
         os.environ.pop("TRAINFLOW_HOME", None)

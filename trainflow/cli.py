@@ -15,7 +15,7 @@ from trainflow import stack_commands
 from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
 from trainflow.progress_view import ProgressView
-from trainflow.render import summary_table
+from trainflow.render import summary_lines
 from trainflow.runlog import CommandLog
 from training.errors import ConfigError, TrainflowError
 
@@ -95,7 +95,8 @@ def run(
         console.print(f"trainflow run: libraries log to {log.path}", highlight=False)
         with ProgressView(console, live=log.interactive and not verbose):
             summary = _run_pipeline(config, run_id)
-    console.print(summary_table(summary, str(log.path)))
+    for line in summary_lines(summary, str(log.path)):
+        console.print(line, highlight=False, soft_wrap=True)
     if summary_json is not None:
         import json
 

@@ -87,12 +87,14 @@ class ProgressView(logging.Handler):
         head = f"[{number}/{len(STAGES)}] {stage.name}"
         if event == "done":
             detail = f" {stage.detail} ·" if stage.detail else ""
-            self.console.print(f"{head}:{detail} done in {stage.seconds:.1f} s", highlight=False)
+            self.console.print(
+                f"{head}:{detail} done in {stage.seconds:.1f} s", highlight=False, soft_wrap=True
+            )
         elif event is None and stage.state == "running":
             now = time.monotonic()
             if now - stage.last_printed >= self.plain_every_s:
                 stage.last_printed = now
-                self.console.print(f"{head}: {stage.detail}", highlight=False)
+                self.console.print(f"{head}: {stage.detail}", highlight=False, soft_wrap=True)
 
     # -- the live view ----------------------------------------------------------------------------
 

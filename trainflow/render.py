@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
 from training.report.trials import count_fates, fmt, format_value
 
 if TYPE_CHECKING:
     from training.summary import RunSummary
 
 
-def summary_table(summary: RunSummary, log_path: str | None = None) -> Table:
-    """Rows: run, data, sweep, test metrics, model, stage times, where to look."""
+def summary_lines(summary: RunSummary, log_path: str | None = None) -> list[str]:
+    """``key  value`` lines: run, data, sweep, test metrics, model, stage times, where to look.
+
+    Plain lines, not a table: a value (a path, a command) stays whole on its line for copying."""
     data, mlflow, model, sweep = summary.data, summary.mlflow, summary.model, summary.sweep
     total = sum(summary.stage_seconds.values())
     rows = [
@@ -52,9 +52,5 @@ def summary_table(summary: RunSummary, log_path: str | None = None) -> Table:
         rows.append(("report", summary.report))
     if log_path:
         rows.append(("log", log_path))
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column(overflow="fold")
-    for key, value in rows:
-        table.add_row(key, value)
-    return table
+    width = max(len(key) for key, _ in rows)
+    return [f"{key:<{width}}  {value}" for key, value in rows]

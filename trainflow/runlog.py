@@ -64,6 +64,8 @@ class CommandLog:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        """Stop following; the descriptors keep pointing at the log until the process ends:
+        libraries print at exit too (Prefect stopping its temporary server, Ray's shutdown)."""
         unexpected = exc is not None and not isinstance(
             exc, TrainflowError | typer.Exit | KeyboardInterrupt | SystemExit
         )
@@ -74,12 +76,6 @@ class CommandLog:
         if self._tail is not None:
             self._tail.stop()
         logging.getLogger("trainflow").removeHandler(self._handler)
-        for fd, saved in self._saved.items():
-            os.dup2(saved, fd)
-            os.close(saved)
-        output.detach()
-        for stream in self._terminal:
-            stream.close()
         if unexpected:
             output.print_error(
                 f"unexpected {type(exc).__name__}: {exc} — this is a bug in trainflow or a "
@@ -87,6 +83,18 @@ class CommandLog:
             )
             raise typer.Exit(output.FAILURE_EXIT) from None
         return False
+
+    def restore(self) -> None:
+        """Descriptors 1 and 2 back to where they pointed before (for callers that go on)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, saved in self._saved.items():
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._saved = {}
+        output.detach()
+        for stream in self._terminal:
+            stream.close()
 
 
 class _Tail(threading.Thread):

@@ -40,7 +40,8 @@ class SweepProgress(tune.Callback):
 
     def _report(self, trials: list) -> None:
         fates = list(self.ended.values())
-        running = sum(1 for t in trials if t.status == "RUNNING")
+        # The trial that just ended may still read RUNNING here.
+        running = sum(1 for t in trials if t.status == "RUNNING" and t.trial_id not in self.ended)
         counts = {fate: fates.count(fate) for fate in ("completed", "stopped-early", "errored")}
         best = (
             f"best {self.metric} {self.best:.4f} ({self.best_trial})"
