@@ -68,10 +68,6 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
         if address:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         else:
-            # Token authentication on every request to the instance's gRPC and HTTP ports
-            # (Ray 2.60's default for a local instance, said explicitly: some of its ports
-            # listen on every interface, see docs/reliability.md).
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
             dashboard_port = free_port()
             # Train V2's placement-group cleaner queries the State API from inside the cluster;
             # without an explicit address it auto-detects, and with two Ray instances on one
