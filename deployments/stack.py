@@ -42,6 +42,8 @@ PARTS = ("prefect", "mlflow", "worker")
 class PortInUseError(StackError):
     """A port the stack needs is taken by another program."""
 
+    user_error = True
+
 
 def answers_health(url: str) -> bool:
     """``url``'s /health answers 200 within the probe timeout."""
@@ -116,13 +118,14 @@ def service_environment(home: Path) -> dict[str, str]:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_UI_ENABLED": "false",
         "RAY_USAGE_STATS_ENABLED": "0",
-        # Ray Data progress bars garble the stage logs; the stages log their own progress.
-        "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
         "RAY_AIR_NEW_OUTPUT": "0",
         "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false",
         "GIT_PYTHON_REFRESH": "quiet",
         # trainflow's progress events reach the flow run's logs in the Prefect UI.
         "PREFECT_LOGGING_EXTRA_LOGGERS": "trainflow",
+        # ... from the flow's threads; events outside a run (Tune's callback thread, after the
+        # flow) stay in the log file without a warning each.
+        "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
         # The temporary server's 20 s default is too short on a busy 2-core machine.
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     }

@@ -30,10 +30,12 @@ def _function_trial(params: dict[str, Any], *, base: dict, spec: dict, arrays, m
 
     torch.set_num_threads(1)  # one CPU per trial: more threads only fight each other
     config = validate_config(base).with_overrides(params)
+    # The arrays come read-only from the object store (shared by every trial on the node);
+    # torch has no read-only tensors, so each trial takes its own copy.
     (train_x, train_y), (val_x, val_y) = arrays
     ctx = TuneContext(
-        train=(torch.from_numpy(train_x), torch.from_numpy(train_y)),
-        val=(torch.from_numpy(val_x), torch.from_numpy(val_y)),
+        train=(torch.tensor(train_x), torch.tensor(train_y)),
+        val=(torch.tensor(val_x), torch.tensor(val_y)),
         seed=config.train.seed,
     )
     run_loop(loop_config(config, FeatureSpec.from_dict(spec), max_epochs), ctx)
