@@ -92,7 +92,9 @@ def run(
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
     check_prefect_api()
     with CommandLog(trainflow_home(), "run", verbose) as log:
-        console.print(f"trainflow run: libraries log to {log.path}", highlight=False)
+        console.print(
+            f"trainflow run: libraries log to {log.path}", highlight=False, soft_wrap=True
+        )
         with ProgressView(console, live=log.interactive and not verbose):
             summary = _run_pipeline(config, run_id)
     for line in summary_lines(summary, str(log.path)):
