@@ -41,6 +41,9 @@ class DeploymentSpec:
     timezone: str = "UTC"
     paused: bool = False
     tags: tuple[str, ...] = ()
+    # Runs of this deployment at once; a run that finds the slot taken waits in Prefect's
+    # AwaitingConcurrencySlot state (ENQUEUE) instead of overlapping the running one.
+    concurrency_limit: int = 1
 
 
 DEPLOYMENTS = (
@@ -90,6 +93,16 @@ def _schedule(item: DeploymentSpec):
     return Interval(item.interval, anchor_date=INTERVAL_ANCHOR, timezone=item.timezone, slug=slug)
 
 
+def _concurrency(item: DeploymentSpec):
+    """Prefect's own deployment concurrency: two scheduled runs never promote on one registry
+    at once; a late run waits for the slot."""
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
+
+    return ConcurrencyLimitConfig(
+        limit=item.concurrency_limit, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE
+    )
+
+
 def require_api_url() -> str:
     url = os.environ.get("PREFECT_API_URL")
     if not url:
@@ -118,6 +131,7 @@ def deploy_all(pool: str, names: list[str] | None = None) -> list[dict[str, Any]
             parameters=spec_parameters(item),
             description=item.description,
             tags=list(item.tags),
+            concurrency_limit=_concurrency(item),
             build=False,
             push=False,
             print_next_steps=False,

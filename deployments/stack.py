@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from deployments.exposure import StackAuth, client_host
 from deployments.prefect_api import ensure_work_pool, pool_workers
 from deployments.processes import Part, log_tail, port_is_free, start_process, stop_parts
 from deployments.stack_state import (
@@ -41,6 +42,8 @@ PARTS = ("prefect", "mlflow", "worker")
 
 class PortInUseError(StackError):
     """A port the stack needs is taken by another program."""
+
+    user_error = True
 
 
 def answers_health(url: str) -> bool:
@@ -83,6 +86,7 @@ class UpOptions:
     pool: str = DEFAULT_POOL
     artifacts_destination: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
+    host: str = HOST  # anything but loopback needs credentials (exposure.py)
 
 
 @dataclass
@@ -102,9 +106,10 @@ def _check_ports(options: UpOptions) -> None:
         (options.prefect_port, "Prefect server", "--prefect-port"),
         (options.mlflow_port, "MLflow server", "--mlflow-port"),
     ):
-        if not port_is_free(port, HOST):
+        if not port_is_free(port, options.host):
             raise PortInUseError(
-                f"port {port} on {HOST} (for the {part}) is already in use by another program; "
+                f"port {port} on {options.host} (for the {part}) is already in use by another "
+                "program; "
                 f"choose a free one with `trainflow up {option} PORT`"
             )
 
@@ -116,11 +121,16 @@ def service_environment(home: Path) -> dict[str, str]:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_UI_ENABLED": "false",
         "RAY_USAGE_STATS_ENABLED": "0",
-        # Ray Data progress bars garble the stage logs; the stages log their own progress.
-        "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
         "RAY_AIR_NEW_OUTPUT": "0",
         "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false",
         "GIT_PYTHON_REFRESH": "quiet",
+        # trainflow's progress events reach the flow run's logs in the Prefect UI.
+        "PREFECT_LOGGING_EXTRA_LOGGERS": "trainflow",
+        # ... from the flow's threads; events outside a run (Tune's callback thread, after the
+        # flow) stay in the log file without a warning each.
+        "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
+        # The temporary server's 20 s default is too short on a busy 2-core machine.
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     }
 
 
@@ -134,16 +144,19 @@ def base_environment(home: Path) -> dict[str, str]:
     return env
 
 
-def prefect_command(port: int) -> list[str]:
-    return [_tool("prefect"), "server", "start", "--host", HOST, "--port", str(port)]
+def prefect_command(port: int, host: str = HOST) -> list[str]:
+    return [_tool("prefect"), "server", "start", "--host", host, "--port", str(port)]
 
 
-def mlflow_command(home: Path, port: int, artifacts_destination: str) -> list[str]:
+def mlflow_command(
+    home: Path, port: int, artifacts_destination: str, host: str = HOST, auth: bool = False
+) -> list[str]:
     return [
         _tool("mlflow"),
         "server",
+        *(["--app-name", "basic-auth"] if auth else []),
         "--host",
-        HOST,
+        host,
         "--port",
         str(port),
         "--backend-store-uri",
@@ -175,6 +188,7 @@ def up(options: UpOptions, home: Path | None = None) -> UpResult:
                 "`trainflow up`"
             )
         state_path(home).unlink()  # stale: nothing it names runs any more
+    auth = StackAuth.required_for(options.host)  # refuses an unguarded exposed host
     _check_ports(options)
 
     home.mkdir(parents=True, exist_ok=True)
@@ -183,14 +197,23 @@ def up(options: UpOptions, home: Path | None = None) -> UpResult:
     state = StackState(
         home=str(home),
         pool=options.pool,
-        prefect_url=f"http://{HOST}:{options.prefect_port}",
-        mlflow_url=f"http://{HOST}:{options.mlflow_port}",
+        prefect_url=f"http://{client_host(options.host)}:{options.prefect_port}",
+        mlflow_url=f"http://{client_host(options.host)}:{options.mlflow_port}",
         artifacts_destination=artifacts,
+        host=options.host,
     )
     env = base_environment(home)
+    cwd = stack_dir(home)
+    cwd.mkdir(parents=True, exist_ok=True)
+    mlflow_env = dict(env)
+    if auth is not None:
+        env.update(auth.client_env())  # the worker and its flow runs, like this CLI
+        os.environ.update(auth.client_env())
+        mlflow_env.update(auth.mlflow_server_env(cwd))
     server_env = {**env, "PREFECT_UI_ENABLED": "true", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     server_env.pop("PREFECT_API_URL", None)
-    cwd = stack_dir(home)
+    if auth is not None:
+        server_env.update(auth.prefect_server_env())
     deadline = time.monotonic() + options.timeout_s
     try:
         # Both servers start at once: each takes ~10 s to import and open its port.
@@ -198,7 +221,7 @@ def up(options: UpOptions, home: Path | None = None) -> UpResult:
             state,
             start_process(
                 "prefect",
-                prefect_command(options.prefect_port),
+                prefect_command(options.prefect_port, options.host),
                 server_env,
                 logs / "prefect-server.log",
                 cwd,
@@ -210,8 +233,10 @@ def up(options: UpOptions, home: Path | None = None) -> UpResult:
             state,
             start_process(
                 "mlflow",
-                mlflow_command(home, options.mlflow_port, artifacts),
-                env,
+                mlflow_command(
+                    home, options.mlflow_port, artifacts, options.host, auth is not None
+                ),
+                mlflow_env,
                 logs / "mlflow-server.log",
                 cwd,
             ),

@@ -31,6 +31,7 @@ class StackState:
     artifacts_destination: str
     parts: dict[str, Part] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
+    host: str = "127.0.0.1"  # what the servers listen on (the URLs are where clients go)
 
     @property
     def prefect_api_url(self) -> str:

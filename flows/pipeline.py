@@ -10,8 +10,9 @@ from prefect import flow, get_run_logger, runtime
 from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import ExternalSignal
 
+from flows import quiet_errors
 from tasks import stages
-from training import cluster, signals
+from training import cluster, progress, signals
 from training.config import PipelineConfig
 from training.report.html import report_html, report_plots
 from training.report.markdown import report_markdown, summary_markdown
@@ -38,18 +39,25 @@ class StageClock:
 
     @contextmanager
     def stage(self, name: str):
-        logger = get_run_logger()
         number = STAGES.index(name) + 1 if name in STAGES else 0
-        logger.info("[%d/%d] %s: started", number, len(STAGES), name)
+        where = {"index": number, "total": len(STAGES)}
+        progress.report(name, f"[{number}/{len(STAGES)}] started", event="start", **where)
         start = time.perf_counter()
         yield
         self.seconds[name] = round(time.perf_counter() - start, 2)
-        logger.info("[%d/%d] %s: done in %.1f s", number, len(STAGES), name, self.seconds[name])
+        progress.report(
+            name,
+            f"[{number}/{len(STAGES)}] done in {self.seconds[name]:.1f} s",
+            event="done",
+            seconds=self.seconds[name],
+            **where,
+        )
 
 
 @flow(name="pipeline", log_prints=True)
 def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) -> RunSummary:
     """Preprocess -> sweep -> train -> evaluate -> promote, each a retriable task."""
+    quiet_errors.install()
     config = config or PipelineConfig()
     run_id = run_id or default_run_id()
     logger = get_run_logger()
@@ -59,7 +67,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     parent = tracker.start_parent_run(
         run_id, tags={"prefect.flow_run_id": str(runtime.flow_run.id or "")}
     )
-    logger.info("run %s: MLflow parent run %s (%s)", run_id, parent, tracker.tracking_uri)
+    logger.info("run %s: MLflow parent run %s (%s)", run_id, parent, redact(tracker.tracking_uri))
     # A re-run of a killed run (SIGKILL: no handler ran) finds its runs still RUNNING: they
     # belong to a dead process. Stage runs are resumed by name; the trials Tune restarts get
     # new runs.

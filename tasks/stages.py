@@ -7,11 +7,11 @@ import os
 import tempfile
 from typing import Any
 
-from prefect import get_run_logger, task
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.policy import STAGE_TASK_OPTIONS
-from training import cluster
+from training import cluster, progress
 from training.config import PipelineConfig
 from training.data import inputs
 from training.data import preprocess as preprocessing
@@ -233,10 +233,11 @@ def evaluate(
             tracker.log_artifact(eval_run, png, "plots")
     tracker.log_metrics(parent_run, result.metrics)
     tracker.end_run(eval_run)
-    get_run_logger().info(
-        "test accuracy %.4f, macro-F1 %.4f",
-        result.metrics["test_accuracy"],
-        result.metrics["test_macro_f1"],
+    progress.report(
+        "evaluate",
+        f"test accuracy {result.metrics['test_accuracy']:.4f}, "
+        f"macro-F1 {result.metrics['test_macro_f1']:.4f}",
+        metrics=result.metrics,
     )
     return result
 
@@ -298,5 +299,12 @@ def promote(
     )
     tracker.set_tags(
         parent_run, {"model_version": version["version"], "gate": decision["decision"]}
+    )
+    champion = decision["champion_version"]
+    progress.report(
+        "promote",
+        f"{version['name']} version {version['version']}: {decision['decision']} "
+        f"(champion: version {champion})",
+        decision=decision["decision"],
     )
     return {**version, **decision}

@@ -10,6 +10,13 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    """One Ray authentication mode for every client and instance of the session, set before any
+    test module imports Ray: Ray reads the mode once per process, so a test that joins a
+    `ray start` cluster (token auth) after the mode was read as unset would be refused."""
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def trainflow_home(tmp_path_factory) -> Path:
     """Every test session writes under its own home, never the user's ./.trainflow."""
@@ -17,6 +24,7 @@ def trainflow_home(tmp_path_factory) -> Path:
     old = os.environ.get("TRAINFLOW_HOME")
     os.environ["TRAINFLOW_HOME"] = str(home)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
     yield home
     if old is None:
         os.environ.pop("TRAINFLOW_HOME", None)

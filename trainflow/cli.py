@@ -14,6 +14,9 @@ from rich.table import Table
 from trainflow import stack_commands
 from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
+from trainflow.progress_view import ProgressView
+from trainflow.render import summary_lines
+from trainflow.runlog import CommandLog
 from training.errors import ConfigError, TrainflowError
 
 if TYPE_CHECKING:
@@ -34,6 +37,9 @@ ConfigOption = typer.Option(
 )
 SetOption = typer.Option(
     None, "--set", "-s", help="Override one key, e.g. --set train.lr=0.01 (repeatable)."
+)
+VerboseOption = typer.Option(
+    False, "--verbose", "-v", help="Also stream the libraries' log (Ray, Prefect, MLflow) here."
 )
 
 
@@ -70,9 +76,11 @@ def run(
         help="Trigger a run of this deployment (nightly, smoke) on the stack's Prefect server "
         "instead of running here; --set overrides its config, --config replaces it.",
     ),
+    verbose: bool = VerboseOption,
 ) -> None:
     """Run the whole pipeline: preprocess, sweep, train, evaluate, promote."""
     from trainflow.env import check_prefect_api, prepare_environment
+    from training.storage import trainflow_home
 
     if resume and run_id and resume != run_id:
         raise ConfigError(f"--resume {resume} and --run-id {run_id} name different runs; give one")
@@ -83,6 +91,22 @@ def run(
     config = _load(config_file, overrides, **{"ray.address": ray_address})
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
     check_prefect_api()
+    with CommandLog(trainflow_home(), "run", verbose) as log:
+        console.print(
+            f"trainflow run: libraries log to {log.path}", highlight=False, soft_wrap=True
+        )
+        with ProgressView(console, live=log.interactive and not verbose):
+            summary = _run_pipeline(config, run_id)
+    for line in summary_lines(summary, str(log.path)):
+        console.print(line, highlight=False, soft_wrap=True)
+    if summary_json is not None:
+        import json
+
+        summary_json.write_text(json.dumps(summary.to_dict(), indent=2, default=str))
+
+
+def _run_pipeline(config, run_id: str | None) -> RunSummary:
+    """The flow, with Ctrl-C and SIGTERM reported as such (exit 130 / 143)."""
     from prefect.exceptions import TerminationSignal
 
     from flows.pipeline import pipeline
@@ -90,7 +114,7 @@ def run(
 
     again = f"; resume with `trainflow run --resume {run_id}`" if run_id else ""
     try:
-        summary = pipeline(config=config, run_id=run_id)
+        return pipeline(config=config, run_id=run_id)
     except TrainflowError:
         raise  # reported by the app's error handler, even after a signal
     except BaseException as exc:
@@ -106,18 +130,6 @@ def run(
             )
             raise typer.Exit(143) from None
         raise
-    print_summary(summary)
-    if summary_json is not None:
-        import json
-
-        summary_json.write_text(json.dumps(summary.to_dict(), indent=2, default=str))
-
-
-def print_summary(summary: RunSummary) -> None:
-    from trainflow.render import summary_tables
-
-    for table in summary_tables(summary):
-        console.print(table)
 
 
 @config_app.command("show")

@@ -2,7 +2,8 @@
 
 Every command runs inside ``reported_errors`` (through ``ReportingGroup``, the class of the
 typer app): a TrainflowError ends the command with its message and an exit code, 2 when the
-user's input (config, data) is wrong, 1 otherwise. Any other exception keeps its traceback.
+user can fix the cause (TrainflowError.user_error), 1 otherwise. Any other exception keeps its
+traceback.
 """
 
 from __future__ import annotations
@@ -16,15 +17,24 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from training.errors import ConfigError, DataValidationError, TrainflowError
+from training.errors import TrainflowError
 
 console = Console(stderr=False)
 errors = Console(stderr=True)
 
-# Errors in what the user gave: fixing the input, not retrying, helps.
-USER_ERRORS = (ConfigError, DataValidationError)
+# Errors the user can fix (``TrainflowError.user_error``: config, data, model, a server's address).
 USER_ERROR_EXIT = 2
 FAILURE_EXIT = 1
+
+
+def attach(out, err) -> None:
+    """Print to these streams (the terminal) while the process's own stdout/stderr go to a log."""
+    console.file, errors.file = out, err
+
+
+def detach() -> None:
+    """Back to the process's stdout/stderr."""
+    console.file = errors.file = None
 
 
 def print_error(message: str) -> None:
@@ -33,7 +43,7 @@ def print_error(message: str) -> None:
 
 
 def exit_code(exc: TrainflowError) -> int:
-    return USER_ERROR_EXIT if isinstance(exc, USER_ERRORS) else FAILURE_EXIT
+    return USER_ERROR_EXIT if exc.user_error else FAILURE_EXIT
 
 
 @contextlib.contextmanager

@@ -1,77 +1,56 @@
-"""Rich tables of a run summary, printed at the end of ``trainflow run``."""
+"""The run summary on the console: one compact key/value block, printed at the end of
+``trainflow run`` (the HTML report and summary.json hold everything else)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from training.report.trials import count_fates, fmt
+from training.report.trials import count_fates, fmt, format_value
 
 if TYPE_CHECKING:
     from training.summary import RunSummary
 
 
-def _pairs(title: str, rows: list[tuple[str, Any]]) -> Table:
-    table = Table(title=title, title_justify="left", show_header=False)
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
-    for key, value in rows:
-        table.add_row(key, fmt(value))
-    return table
+def summary_lines(summary: RunSummary, log_path: str | None = None) -> list[str]:
+    """``key  value`` lines: run, data, sweep, test metrics, model, stage times, where to look.
 
-
-def summary_tables(summary: RunSummary) -> list[Table]:
+    Plain lines, not a table: a value (a path, a command) stays whole on its line for copying."""
     data, mlflow, model, sweep = summary.data, summary.mlflow, summary.model, summary.sweep
-    tables = [
-        _pairs(
-            f"trainflow run {summary.run_id}",
-            [
-                ("data", data.source),
-                ("fingerprint", data.fingerprint),
-                ("preprocessing", "reused (cached)" if data.preprocess_cached else "computed"),
-                *((f"rows {split}", rows) for split, rows in data.rows.items()),
-            ],
-        )
+    total = sum(summary.stage_seconds.values())
+    rows = [
+        ("run", f"{summary.run_id} · stages took {total:.0f} s"),
+        (
+            "data",
+            f"{data.source} · rows "
+            + " / ".join(f"{split} {n:,}" for split, n in data.rows.items())
+            + f" · preprocessing {'reused' if data.preprocess_cached else 'computed'}",
+        ),
     ]
-    if sweep:
-        fates = count_fates(sweep.trials)
-        tables.append(
-            _pairs(
-                "sweep (Ray Tune + ASHA)",
-                [
-                    ("best trial", sweep.best_trial_id),
-                    (f"best {sweep.metric}", sweep.best_metric),
-                    *((f"param {k}", v) for k, v in sweep.best_params.items()),
-                    ("trials", ", ".join(f"{n} {fate}" for fate, n in fates.items())),
-                    ("epochs spent / budget", f"{sweep.epochs_spent} / {sweep.epochs_budget}"),
-                ],
+    if sweep is not None:
+        fates = ", ".join(f"{n} {fate}" for fate, n in count_fates(sweep.trials).items())
+        params = " ".join(
+            f"{k.rsplit('.', 1)[-1]}={format_value(v)}" for k, v in sweep.best_params.items()
+        )
+        rows.append(
+            (
+                "sweep",
+                f"{len(sweep.trials)} trials ({fates}); best {sweep.metric} "
+                f"{fmt(sweep.best_metric)}: {params}",
             )
         )
-    tables.append(_pairs("test metrics", list(summary.test_metrics.items())))
-    tables.append(
-        _pairs(
-            "model registry",
-            [
-                ("model", f"{model.name} version {model.version}"),
-                ("gate", model.decision),
-                ("aliases of this version", ", ".join(model.aliases) or "none"),
-                ("champion", f"version {model.champion_version}"),
-            ],
-        )
-    )
-    tables.append(
-        _pairs(
-            "where things are",
-            [
-                ("MLflow experiment", f"{mlflow.experiment} (id {mlflow.experiment_id})"),
-                ("MLflow parent run", mlflow.parent_run_id),
-                ("tracking URI", mlflow.tracking_uri),
-                ("checkpoint", summary.checkpoint),
-                ("run storage", summary.storage),
-                ("open the MLflow UI", mlflow.ui_command),
-            ],
-        )
-    )
-    tables.append(_pairs("wall seconds per stage", list(summary.stage_seconds.items())))
-    return tables
+    rows += [
+        ("test", " · ".join(f"{k} {fmt(v)}" for k, v in summary.test_metrics.items())),
+        (
+            "model",
+            f"{model.name} version {model.version} · gate: {model.decision} · champion: "
+            f"version {model.champion_version}",
+        ),
+        ("stages", " · ".join(f"{k} {v:.1f} s" for k, v in summary.stage_seconds.items())),
+        ("MLflow", f"parent run {mlflow.parent_run_id} · open: {mlflow.ui_command}"),
+    ]
+    if summary.report:
+        rows.append(("report", summary.report))
+    if log_path:
+        rows.append(("log", log_path))
+    width = max(len(key) for key, _ in rows)
+    return [f"{key:<{width}}  {value}" for key, value in rows]

@@ -44,13 +44,21 @@ def up(
     timeout: float = typer.Option(
         180.0, "--timeout", help="Seconds to wait for every part to become healthy."
     ),
+    host: str = typer.Option(
+        "127.0.0.1",
+        "--host",
+        help="Address the servers listen on. Anything but loopback needs authentication: "
+        "PREFECT_SERVER_API_AUTH_STRING=user:password and MLFLOW_TRACKING_USERNAME / "
+        "MLFLOW_TRACKING_PASSWORD in the environment (docs/scale-out.md).",
+    ),
 ) -> None:
-    """Start the local stack on 127.0.0.1: Prefect server, MLflow server, work pool, worker."""
+    """Start the local stack (127.0.0.1 by default): Prefect server, MLflow server, work pool,
+    worker."""
     from deployments import stack, stack_state
     from trainflow.env import prepare_environment
 
     prepare_environment(use_stack=False)
-    options = stack.UpOptions(prefect_port, mlflow_port, pool, artifacts_destination, timeout)
+    options = stack.UpOptions(prefect_port, mlflow_port, pool, artifacts_destination, timeout, host)
     result = stack.up(options)
     state = result.state
     if result.already_running:
@@ -64,6 +72,8 @@ def up(
     worker = state.parts["worker"]
     console.print(f"  worker          pool {state.pool!r}, pid {worker.pid}")
     console.print(f"  state and logs  {stack_state.stack_dir(Path(state.home))}")
+    if state.host != stack.HOST:
+        console.print(f"  listening on    {state.host}, with authentication on both servers")
     console.print("next: `trainflow deploy`, `trainflow status`, `trainflow down`")
 
 

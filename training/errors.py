@@ -8,14 +8,20 @@ class TrainflowError(Exception):
 
     #: A retry can never fix this error (bad input, bad config): Prefect must not retry it.
     retriable: bool = False
+    #: The user can fix it (their config, data, model, server address): exit code 2, not 1.
+    user_error: bool = False
 
 
 class ConfigError(TrainflowError):
     """An invalid configuration value; raised before anything starts."""
 
+    user_error = True
+
 
 class DataValidationError(TrainflowError):
     """The input data cannot be used as given (missing column, NaN label, empty, corrupt...)."""
+
+    user_error = True
 
 
 class StorageError(TrainflowError):
@@ -25,11 +31,14 @@ class StorageError(TrainflowError):
 class ServiceUnreachableError(TrainflowError):
     """A server (MLflow, Prefect, S3, Ray) did not answer. Transient: retrying may help."""
 
+    user_error = True
     retriable = True
 
 
 class TrainingDivergedError(TrainflowError):
     """The loss became NaN/inf: the hyperparameters, not the machine, are at fault."""
+
+    user_error = True
 
 
 class WorkerFailedError(TrainflowError):
@@ -44,9 +53,13 @@ class WorkerFailedError(TrainflowError):
 class UnsafeCheckpointError(TrainflowError):
     """A checkpoint file holds more than tensors and plain data: loading it could run code."""
 
+    user_error = True
+
 
 class ModelNotFoundError(TrainflowError):
     """A model URI or checkpoint does not exist or is not a trainflow model."""
+
+    user_error = True
 
 
 def is_retriable(exc: BaseException) -> bool:

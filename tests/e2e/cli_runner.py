@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 TRAINFLOW = [sys.executable, "-m", "trainflow"]
@@ -40,3 +41,85 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# Ray 2.60 components whose ports cannot be bound to loopback (docs/reliability.md, "Ports"):
+# the C++ gRPC servers listen on every interface, the Prometheus metrics servers on 0.0.0.0
+# unless the node IP is loopback, which ray.init never makes it. Token auth guards them.
+RAY_WILDCARD_COMPONENTS = ("gcs_server", "raylet", "ray::", "monitor.py", "dashboard.py")
+
+
+def is_ray_component(name: str, cmdline: list[str]) -> bool:
+    text = " ".join([name, *cmdline[:3]])
+    return any(part in text for part in RAY_WILDCARD_COMPONENTS)
+
+
+def run_cli_watching_listeners(
+    home: Path, *args: str, timeout: int = 600, every_s: float = 0.5, **env: str
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """``run_cli``, sampling the listening sockets of the CLI and every process below it until
+    it exits: each listener once, with its process's name, command line and environment."""
+    import psutil
+
+    workdir = home / "cwd"
+    workdir.mkdir(exist_ok=True)
+    proc = subprocess.Popen(
+        [*TRAINFLOW, *args],
+        cwd=workdir,
+        env=cli_env(home, **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    import threading
+
+    out: dict[str, str] = {}
+    readers = [
+        threading.Thread(target=lambda k=k, s=s: out.__setitem__(k, s.read()), daemon=True)
+        for k, s in (("stdout", proc.stdout), ("stderr", proc.stderr))
+    ]
+    for reader in readers:
+        reader.start()
+    seen: dict[tuple, dict] = {}
+    root = psutil.Process(proc.pid)
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        for member in tree:
+            try:
+                listening = [
+                    c for c in member.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+                ]
+                if not listening:
+                    continue
+                info = {
+                    "pid": member.pid,
+                    "name": member.name(),
+                    "cmdline": member.cmdline(),
+                    "driver": member.pid == proc.pid,
+                    "auth_mode": member.environ().get("RAY_AUTH_MODE"),
+                }
+            except psutil.Error:
+                continue
+            for conn in listening:
+                seen.setdefault(
+                    (member.pid, conn.laddr.ip, conn.laddr.port),
+                    info
+                    | {
+                        "ip": conn.laddr.ip,
+                        "port": conn.laddr.port,
+                    },
+                )
+        time.sleep(every_s)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for reader in readers:
+        reader.join()
+    completed = subprocess.CompletedProcess(
+        proc.args, proc.returncode, out.get("stdout", ""), out.get("stderr", "")
+    )
+    return completed, list(seen.values())

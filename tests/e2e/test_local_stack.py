@@ -68,6 +68,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+# Canary credentials in the environment of `up` (so of the servers and the worker, and of every
+# flow run the worker starts): none may reach the stack's logs or any file under the home.
+CANARIES = {
+    "AWS_ACCESS_KEY_ID": "AKIASTACKCANARY9Z1",
+    "AWS_SECRET_ACCESS_KEY": "stack-canary-secret-55e0",
+    "MLFLOW_TRACKING_TOKEN": "stack-canary-mlflow-token-2b7c",
+    "PREFECT_API_KEY": "stack-canary-prefect-key-9d03",
+}
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """`trainflow up` on free ports; `trainflow down` at the end whatever happened."""
@@ -83,6 +93,7 @@ def stack(tmp_path_factory):
         str(ports["mlflow"]),
         "--timeout",
         "240",
+        **CANARIES,
     )
     up_seconds = time.monotonic() - start
     state_file = home / "stack" / "state.json"
@@ -104,14 +115,21 @@ def deployed(stack):
     return proc
 
 
+def _trigger(home: Path, name: str) -> str:
+    """`trainflow run --deployment NAME`: only triggers; returns the flow run's id."""
+    proc = trainflow(home, "run", "--deployment", name)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.split("(", 1)[1].split(")", 1)[0]
+
+
 @pytest.fixture(scope="module")
 def smoke_run(stack, deployed):
-    """`trainflow run --deployment smoke`: only triggers; the worker runs it meanwhile."""
+    """Two runs of the smoke deployment triggered back to back; the worker runs them meanwhile.
+    The deployment's concurrency limit (1) makes the second wait for the first."""
     triggered = time.monotonic()
-    proc = trainflow(stack["home"], "run", "--deployment", "smoke")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    flow_run_id = proc.stdout.split("(", 1)[1].split(")", 1)[0]
-    return {"id": flow_run_id, "triggered": triggered, "stdout": proc.stdout}
+    first = _trigger(stack["home"], "smoke")
+    second = _trigger(stack["home"], "smoke")
+    return {"id": first, "second_id": second, "triggered": triggered}
 
 
 def test_up_records_parts_on_the_requested_ports(stack):
@@ -208,6 +226,48 @@ def smoke_finished(stack, smoke_run):
     return flow_run
 
 
+@pytest.fixture(scope="module")
+def second_smoke_finished(stack, smoke_run, smoke_finished):
+    api = f"{stack['state']['prefect_url']}/api"
+    return _final_state(api, smoke_run["second_id"], timeout_s=RUN_TIMEOUT_S)
+
+
+def _states(api: str, flow_run_id: str) -> list[dict]:
+    return sorted(
+        _get(f"{api}/flow_run_states/?flow_run_id={flow_run_id}"), key=lambda s: s["timestamp"]
+    )
+
+
+def test_runs_of_one_deployment_never_overlap(
+    stack, smoke_run, smoke_finished, second_smoke_finished
+):
+    """Issue 17: the deployments' concurrency limit of 1 (Prefect's own, collision strategy
+    ENQUEUE): the second run, triggered while the first ran, waits for the slot and starts only
+    after the first has finished; both complete."""
+    api = f"{stack['state']['prefect_url']}/api"
+    first, second = smoke_finished, second_smoke_finished
+    assert first["state_type"] == second["state_type"] == "COMPLETED"
+    assert first["end_time"] <= second["start_time"], (first["end_time"], second["start_time"])
+    waited = [s["name"] for s in _states(api, smoke_run["second_id"])]
+    assert "AwaitingConcurrencySlot" in waited, waited
+    deployment = _get(f"{api}/deployments/{first['deployment_id']}")
+    assert deployment["concurrency_limit"] == 1
+    assert deployment["concurrency_options"]["collision_strategy"] == "ENQUEUE"
+
+
+def test_no_canary_reaches_the_stack_logs_or_its_home(stack, second_smoke_finished):
+    """Issue 17: with canaries in the environment of `up`, the servers' and the worker's logs,
+    the flow runs' logs, both databases and every other file under the home hold none."""
+    home = stack["home"]
+    secrets = [value.encode() for value in CANARIES.values()]
+    logs = list((home / "stack" / "logs").iterdir())
+    assert {p.name for p in logs} >= {"prefect-server.log", "mlflow-server.log", "worker.log"}
+    ray_root = (home / "ray").resolve()
+    files = [p for p in [*home.rglob("*"), *ray_root.rglob("*")] if p.is_file()]
+    leaks = [f"{p}: {s.decode()}" for p in files for s in secrets if s in p.read_bytes()]
+    assert leaks == []
+
+
 def test_smoke_deployment_run_completes_on_the_stack(stack, smoke_finished):
     flow_run = smoke_finished
     assert flow_run["state_type"] == "COMPLETED", flow_run["state"]
@@ -240,7 +300,7 @@ def test_mlflow_server_has_the_run_tree_and_a_registered_version(stack, smoke_ru
     trials = [r for r in stages["trial"] if r.data.tags["mlflow.parentRunId"] == sweep.info.run_id]
     assert len(trials) == 4
     versions = client.search_model_versions("name = 'digits-smoke'")
-    assert len(versions) == 1
+    assert len(versions) >= 1  # the second run of the deployment may have registered its own
     assert versions[0].run_id in {r.info.run_id for r in runs}
 
 

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_runner import run_cli
+from cli_runner import is_ray_component, run_cli, run_cli_watching_listeners
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -39,11 +39,28 @@ def home(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def first_run(home):
+def watched_run(home):
+    """The first run: canary credentials in its environment, stdout a pipe (not a terminal),
+    and the listening sockets of every process it starts sampled while it runs."""
     out = home / "summary-1.json"
-    proc = _run(home, "run", "--config", SMOKE, "--summary-json", str(out), env_extra=CANARIES)
+    proc, listeners = run_cli_watching_listeners(
+        home, "run", "--config", SMOKE, "--summary-json", str(out), **CANARIES
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return json.loads(out.read_text()), proc
+    return json.loads(out.read_text()), proc, listeners
+
+
+@pytest.fixture(scope="module")
+def first_run(watched_run):
+    summary, proc, _ = watched_run
+    return summary, proc
+
+
+def _log_of(proc: subprocess.CompletedProcess) -> Path:
+    """The run's log file, named on the first line the CLI prints."""
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("trainflow run: libraries log to "), first
+    return Path(first.rsplit(" ", 1)[-1])
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +87,49 @@ def test_summary_names_every_stage_and_prints_it(first_run):
     assert summary["report"] and summary["report"].endswith("report.html")
     for text in ("test_accuracy", "mlflow ui", summary["mlflow"]["parent_run_id"]):
         assert text in proc.stdout, text
+
+
+def test_the_console_is_short_and_the_libraries_go_to_the_log(first_run):
+    """Issue 17: on a non-terminal a whole run is at most 40 lines, none of them a warning;
+    what Ray, Tune, Train, Prefect and MLflow print is in the run's log file."""
+    summary, proc = first_run
+    lines = proc.stdout.splitlines() + proc.stderr.splitlines()
+    assert len(lines) <= 40, "\n".join(lines)
+    assert not [line for line in lines if "warning" in line.lower()], lines
+    assert [line for line in lines if line.startswith("[5/5] promote:")], lines
+    log = _log_of(proc)
+    assert log.is_file() and log.parent.name == "logs"
+    text = log.read_text(errors="replace")
+    assert "Created flow run" in text  # Prefect
+    assert "local Ray instance" in text  # Ray
+    assert "trainflow.progress" in text  # our own events, with timestamps
+    assert lines[-1] == f"log     {log}"  # named again at the end of the summary
+
+
+def test_every_listener_is_loopback_but_rays_own_guarded_ports(watched_run):
+    """Issue 17: the sockets of every process a run starts. Ray 2.60's core components listen on
+    every interface whatever ray.init is told (docs/reliability.md): they must be Ray's, and
+    token authentication must be on for them. Everything else binds 127.0.0.1."""
+    _, _, listeners = watched_run
+    assert listeners, "no listening socket was seen"
+    wildcard = [entry for entry in listeners if entry["ip"] in ("0.0.0.0", "::")]
+    not_ray = [
+        e for e in wildcard if not (e["driver"] or is_ray_component(e["name"], e["cmdline"]))
+    ]
+    assert not_ray == [], not_ray
+    assert all(e["auth_mode"] == "token" for e in wildcard), wildcard
+    others = [e for e in listeners if e not in wildcard]
+    assert all(
+        e["ip"].startswith("127.") or e["ip"] == "::1" or is_ray_component(e["name"], e["cmdline"])
+        for e in others
+    ), others
+    # The Prefect temporary server and Ray's dashboard (HTTP API) are ours to place: loopback.
+    prefect = [
+        e
+        for e in listeners
+        if "uvicorn" in " ".join(e["cmdline"]) or "prefect" in " ".join(e["cmdline"][:3])
+    ]
+    assert prefect and all(e["ip"] == "127.0.0.1" for e in prefect), prefect
 
 
 def test_no_canary_credential_is_written_anywhere(home, first_run):
@@ -194,12 +254,66 @@ def test_second_run_reuses_preprocessing_and_serves_the_champion(home, first_run
     assert list((home / "cwd").iterdir()) == []  # no stray mlflow.db / mlruns in the cwd
 
 
-def test_bad_input_fails_fast_with_one_clear_message(home, first_run, client):
+def _last_flow_run_logs(home: Path) -> tuple[str, list[str]]:
+    """(state message, log messages) of the newest flow run in the home's Prefect database."""
+    import sqlite3
+
+    with sqlite3.connect(home / "prefect" / "prefect.db") as db:
+        run_id, message = db.execute(
+            "SELECT f.id, s.message FROM flow_run f JOIN flow_run_state s ON f.state_id = s.id "
+            "ORDER BY f.created DESC LIMIT 1"
+        ).fetchone()
+        logs = [
+            row[0] for row in db.execute("SELECT message FROM log WHERE flow_run_id = ?", (run_id,))
+        ]
+    return message or "", logs
+
+
+@pytest.fixture(scope="module")
+def nan_label_csv(home) -> Path:
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(home / "datasets" / "digits" / "digits.parquet").slice(0, 200)
+    labels = [None if i % 50 == 0 else float(v) for i, v in enumerate(table["label"].to_pylist())]
+    import pyarrow as pa
+
+    table = table.set_column(table.schema.get_field_index("label"), "label", pa.array(labels))
+    path = home / "nan-labels.csv"
+    pacsv.write_csv(table, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["missing label column", "NaN labels", "unreachable MLflow"],
+)
+def test_user_errors_get_one_message_and_no_traceback(home, first_run, client, nan_label_csv, case):
+    """Issue 17: a user error is one message naming the problem and the fix — on the console and
+    in the flow run's Prefect logs and state — with no traceback anywhere, exit code 2, never
+    retried, and nothing left behind (no model version, no RUNNING MLflow run)."""
+    from cli_runner import free_port
+
+    sets, expected = {
+        "missing label column": (["data.label_column=species"], ["species", "data.label_column"]),
+        "NaN labels": ([f"data.source={nan_label_csv}"], ["no value in label column", "drop"]),
+        "unreachable MLflow": (
+            [f"mlflow.tracking_uri=http://127.0.0.1:{free_port()}"],
+            ["not reachable", "trainflow up"],
+        ),
+    }[case]
     before = client.search_model_versions("name='digits-smoke'")
-    proc = _run(home, "run", "--config", SMOKE, "--set", "data.label_column=species")
-    assert proc.returncode != 0
-    assert "species" in proc.stderr and "data.label_column" in proc.stderr
-    assert "Retry" not in proc.stdout + proc.stderr  # never retried
+    args = [item for pair in (("--set", s) for s in sets) for item in pair]
+    proc = _run(home, "run", "--config", SMOKE, *args)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for text in expected:
+        assert text in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "Retry" not in _log_of(proc).read_text(errors="replace")  # never retried
+    state_message, logs = _last_flow_run_logs(home)
+    assert expected[0] in state_message, state_message
+    assert any(expected[0] in line for line in logs), logs
+    assert not [line for line in logs if "Traceback" in line], logs
     after = client.search_model_versions("name='digits-smoke'")
     assert len(after) == len(before)
     experiment = client.get_experiment_by_name("trainflow-smoke")

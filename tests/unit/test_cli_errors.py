@@ -37,7 +37,7 @@ def app_raising(exc: BaseException) -> typer.Typer:
     [
         (ConfigError("train.lr: must be > 0 [got -1]"), 2),
         (DataValidationError("label column 'species' is missing"), 2),
-        (ServiceUnreachableError("Prefect API down"), 1),
+        (ServiceUnreachableError("Prefect API down"), 2),
         (TrainflowError("no MLflow store"), 1),
     ],
 )

@@ -253,7 +253,7 @@ def test_cli_refuses_an_unsafe_checkpoint(unsafe_checkpoint, tmp_path, command):
     if command == "predict":
         args += ["--input", str(directory), "--output", str(tmp_path / "out.parquet")]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert "refused to load" in result.output
     assert not marker.exists()
     assert not (tmp_path / "out.parquet").exists()

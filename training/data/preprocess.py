@@ -14,6 +14,7 @@ import shutil
 import uuid
 from typing import TYPE_CHECKING
 
+from training import progress
 from training.config import DataConfig, PipelineConfig
 from training.data.diagnose import naming_bad_files
 from training.data.inputs import input_format
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 MANIFEST_FILE = "manifest.json"
 # Rows per map_batches call: bounds worker memory for wide images.
 BATCH_ROWS = 4096
+# Seconds between "rows read" events of a long read.
+PROGRESS_EVERY_S = 2.0
 # Inputs smaller than this (bytes on disk) are read once into the object store and both passes
 # (summary, then transform + write) run over it. Each Ray Data execution of a parquet read
 # starts and kills its own footer-reading actor and re-reads the files; larger inputs stream.
@@ -70,6 +73,9 @@ def preprocess(
     done = load_manifest(data_dir, layout.endpoint_url)
     if done is not None:
         log.info("reusing preprocessed data %s (manifest exists)", data_dir)
+        progress.report(
+            "preprocess", f"reused {sum(done.rows.values()):,} rows already preprocessed"
+        )
         return done
     data = config.data
     in_endpoint = config.storage.endpoint_url
@@ -83,10 +89,16 @@ def preprocess(
 
     stats = Stats()
     summaries = _per_batch(ds, summarise, {"plan": plan, "split": data.split})
+    every = progress.Every(PROGRESS_EVERY_S)
     with naming_bad_files(files, plan, in_endpoint):
         for row in summaries.iter_rows():
             stats.add(pickle.loads(row["summary"]))
+            if every.due():
+                progress.report("preprocess", f"{stats.rows:,} rows read", rows_read=stats.rows)
     classes = validate(stats, data, plan, files)
+    progress.report(
+        "preprocess", f"{stats.rows:,} rows read and validated", rows_validated=stats.rows
+    )
     spec = feature_spec(stats, data, plan, classes)
 
     rows_out = _per_batch(
@@ -99,6 +111,7 @@ def preprocess(
     # Last: the manifest is the completion marker.
     write_text_atomic(join(data_dir, MANIFEST_FILE), manifest.to_json(), layout.endpoint_url)
     log.info("preprocessed %d rows into %s", stats.rows, data_dir)
+    progress.report("preprocess", f"{stats.rows:,} rows written", rows_written=stats.rows)
     return manifest
 
 

@@ -121,22 +121,27 @@ def train_final(
     train_fn=train_worker,
 ) -> TrainOutcome:
     """DDP training with the chosen hyperparameters; returns the best checkpoint."""
-    storage_path, storage_fs = layout.ray_storage(run_id)
-    trainer = build_trainer(
-        config,
-        manifest,
-        name="train",
-        storage_path=storage_path,
-        storage_filesystem=storage_fs,
-        train_fn=train_fn,
-        every_n_batches=config.train.checkpoint.every_n_batches,
-    )
     from ray.train import TrainingFailedError
 
-    try:
-        result = trainer.fit()
-    except TrainingFailedError as exc:
-        raise training_error(exc, config, storage_path) from exc
+    from training.loop.progress import training_progress
+
+    storage_path, storage_fs = layout.ray_storage(run_id)
+    metric = config.train.checkpoint.score_attribute
+    with training_progress(config.train.max_epochs, metric) as callbacks:
+        trainer = build_trainer(
+            config,
+            manifest,
+            name="train",
+            storage_path=storage_path,
+            storage_filesystem=storage_fs,
+            callbacks=callbacks,
+            train_fn=train_fn,
+            every_n_batches=config.train.checkpoint.every_n_batches,
+        )
+        try:
+            result = trainer.fit()
+        except TrainingFailedError as exc:
+            raise training_error(exc, config, storage_path) from exc
     best = result.get_best_checkpoint(
         metric=config.train.checkpoint.score_attribute, mode=config.train.checkpoint.score_order
     )

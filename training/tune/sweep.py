@@ -30,10 +30,12 @@ def _function_trial(params: dict[str, Any], *, base: dict, spec: dict, arrays, m
 
     torch.set_num_threads(1)  # one CPU per trial: more threads only fight each other
     config = validate_config(base).with_overrides(params)
+    # The arrays come read-only from the object store (shared by every trial on the node);
+    # torch has no read-only tensors, so each trial takes its own copy.
     (train_x, train_y), (val_x, val_y) = arrays
     ctx = TuneContext(
-        train=(torch.from_numpy(train_x), torch.from_numpy(train_y)),
-        val=(torch.from_numpy(val_x), torch.from_numpy(val_y)),
+        train=(torch.tensor(train_x), torch.tensor(train_y)),
+        val=(torch.tensor(val_x), torch.tensor(val_y)),
         seed=config.train.seed,
     )
     run_loop(loop_config(config, FeatureSpec.from_dict(spec), max_epochs), ctx)
@@ -115,6 +117,8 @@ def run_sweep(
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
+    from training.tune.progress import SweepProgress
+
     sweep = config.sweep
     storage_path, storage_fs = layout.ray_storage(run_id)
     trainable = _trainable(config, manifest, storage_path, storage_fs)
@@ -155,7 +159,10 @@ def run_sweep(
                 name=SWEEP_NAME,
                 storage_path=storage_path,
                 storage_filesystem=storage_fs,
-                callbacks=callbacks or [],
+                callbacks=[
+                    *(callbacks or []),
+                    SweepProgress(sweep.metric, sweep.mode, sweep.num_samples, sweep.asha.max_t),
+                ],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 verbose=0,
             ),
