@@ -120,12 +120,28 @@ class RayCluster:
     head: RayNode
     workers: list[RayNode] = field(default_factory=list)
 
-    def start_worker(self) -> RayNode:
+    def start_worker(self, attempts: int = 2) -> RayNode:
+        """Join a worker node; a second try with fresh ports if the first never registers.
+
+        The ports are picked free a moment before `ray start` binds them, so on a busy machine
+        another process can take one in between and the raylet dies at start-up: that is this
+        fixture's race, not the cluster's behaviour under test.
+        """
         name = f"worker{len(self.workers)}"
-        node = _start_node(self.env, self.workdir, name, join=self.address)
-        self.workers.append(node)
-        self.wait_for_nodes(2)
-        return node
+        for attempt in range(1, attempts + 1):
+            node = _start_node(self.env, self.workdir, f"{name}-{attempt}", join=self.address)
+            try:
+                self.wait_for_nodes(2, node=node)
+            except TimeoutError as err:
+                node.stop()
+                shutil.rmtree(node.temp_dir, ignore_errors=True)
+                if attempt == attempts:
+                    tail = node.log.read_text(errors="replace")[-3000:]
+                    raise TimeoutError(f"worker node never joined; its log ends:\n{tail}") from err
+                continue
+            self.workers.append(node)
+            return node
+        raise AssertionError("unreachable")
 
     def alive_nodes(self) -> list:
         from ray.util.state import list_nodes
@@ -134,9 +150,12 @@ class RayCluster:
         nodes = list_nodes(address=self.dashboard_url, limit=1000)
         return [n for n in nodes if n.state == "ALIVE"]
 
-    def wait_for_nodes(self, count: int, timeout: float = 90) -> None:
+    def wait_for_nodes(self, count: int, timeout: float = 90, node: RayNode | None = None) -> None:
+        """Wait until ``count`` nodes are alive; give up early if ``node``'s `ray start` exited."""
         deadline = time.monotonic() + timeout
         while len(self.alive_nodes()) != count:
+            if node is not None and node.proc.poll() is not None:
+                raise TimeoutError(f"`ray start` for {node.log.stem} exited {node.proc.returncode}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"cluster did not reach {count} alive nodes")
             time.sleep(1)
