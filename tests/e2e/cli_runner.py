@@ -26,7 +26,7 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
 def run_cli(home: Path, *args: str, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
     """``trainflow ARGS`` from an empty directory (nothing may be written outside the home)."""
     workdir = home / "cwd"
-    workdir.mkdir(exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
         [*TRAINFLOW, *args],
         cwd=workdir,
@@ -62,7 +62,7 @@ def run_cli_watching_listeners(
     import psutil
 
     workdir = home / "cwd"
-    workdir.mkdir(exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [*TRAINFLOW, *args],
         cwd=workdir,

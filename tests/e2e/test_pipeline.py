@@ -100,8 +100,8 @@ def test_the_console_is_short_and_the_libraries_go_to_the_log(first_run):
     log = _log_of(proc)
     assert log.is_file() and log.parent.name == "logs"
     text = log.read_text(errors="replace")
-    assert "Created flow run" in text  # Prefect
-    assert "local Ray instance" in text  # Ray
+    assert "Beginning flow run" in text and "Finished in state Completed" in text  # Prefect
+    assert "Starting execution of Dataset" in text  # Ray Data
     assert "trainflow.progress" in text  # our own events, with timestamps
     assert lines[-1] == f"log     {log}"  # named again at the end of the summary
 
@@ -117,7 +117,10 @@ def test_every_listener_is_loopback_but_rays_own_guarded_ports(watched_run):
         e for e in wildcard if not (e["driver"] or is_ray_component(e["name"], e["cmdline"]))
     ]
     assert not_ray == [], not_ray
-    assert all(e["auth_mode"] == "token" for e in wildcard), wildcard
+    unguarded = [
+        (e["name"], e["pid"], e["auth_mode"]) for e in wildcard if e["auth_mode"] != "token"
+    ]
+    assert unguarded == [], unguarded
     others = [e for e in listeners if e not in wildcard]
     assert all(
         e["ip"].startswith("127.") or e["ip"] == "::1" or is_ray_component(e["name"], e["cmdline"])
