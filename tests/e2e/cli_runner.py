@@ -54,6 +54,18 @@ def is_ray_component(name: str, cmdline: list[str]) -> bool:
     return any(part in text for part in RAY_WILDCARD_COMPONENTS)
 
 
+def _auth_mode(process) -> str | None:
+    """RAY_AUTH_MODE in the process's environment. Ray's agents rewrite their process title over
+    the memory /proc/PID/environ reads (it comes back empty): theirs is the one they inherited
+    from their parent, the raylet."""
+    while process is not None:
+        environ = process.environ()
+        if environ:
+            return environ.get("RAY_AUTH_MODE")
+        process = process.parent()
+    return None
+
+
 def run_cli_watching_listeners(
     home: Path, *args: str, timeout: int = 600, every_s: float = 0.5, **env: str
 ) -> tuple[subprocess.CompletedProcess, list[dict]]:
@@ -100,7 +112,7 @@ def run_cli_watching_listeners(
                     "name": member.name(),
                     "cmdline": member.cmdline(),
                     "driver": member.pid == proc.pid,
-                    "auth_mode": member.environ().get("RAY_AUTH_MODE"),
+                    "auth_mode": _auth_mode(member),
                 }
             except psutil.Error:
                 continue
