@@ -66,8 +66,10 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
     runtime_env = job_runtime_env(ray_config, address)
     try:
         if address:
+            _keep_local_instance_on_loopback(False)
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         else:
+            _keep_local_instance_on_loopback(True)
             dashboard_port = free_port()
             # Train V2's placement-group cleaner queries the State API from inside the cluster;
             # without an explicit address it auto-detects, and with two Ray instances on one
@@ -81,8 +83,8 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
                 # The dashboard serves the State API that Train V2 uses to clean up placement
                 # groups of trials stopped by ASHA; without it later trials hang.
                 include_dashboard=True,
-                # The dashboard's HTTP API stays on loopback. (Ray's own gRPC ports bind to all
-                # interfaces and Ray maps 127.0.0.1 to the host IP; see docs/architecture.md.)
+                # The dashboard's HTTP API on loopback too (its default is 127.0.0.1 already,
+                # said here so that a change of default cannot expose it).
                 dashboard_host="127.0.0.1",
                 dashboard_port=dashboard_port,
                 # Sessions (logs, spilled objects) under the trainflow home, not /tmp/ray shared
@@ -100,6 +102,33 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
             "RAY_ADDRESS, or unset it to use a local instance"
         ) from None
     return ray.cluster_resources()
+
+
+# Ray's switch for a machine that is its own whole cluster (Ray's default on macOS and Windows):
+# the node's IP is 127.0.0.1, so every gRPC server, agent and metrics exporter binds loopback.
+# Off (Ray's Linux default) the node takes the host's IP and those ports listen on all interfaces.
+LOOPBACK_ONLY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+def _keep_local_instance_on_loopback(local: bool) -> None:
+    """Every port of a local instance on 127.0.0.1 (docs/reliability.md, "Ports").
+
+    The processes Ray starts read the switch from the environment they inherit; this process
+    imported Ray already, so its copy of the constant is set too (Ray reads it at each call).
+    A driver joining a cluster (``local`` False) gets Ray's default back: other nodes must
+    reach it, and `ray start` refuses to join a cluster with the switch on.
+    """
+    from ray._private import ray_constants
+
+    if local:
+        os.environ.update(LOOPBACK_ONLY_ENV)
+    else:
+        for key, value in LOOPBACK_ONLY_ENV.items():
+            if os.environ.get(key) == value:
+                del os.environ[key]
+    ray_constants.ENABLE_RAY_CLUSTER = not local and ray_constants.env_bool(
+        ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, not ray_constants.IS_WINDOWS_OR_OSX
+    )
 
 
 # Names of credentials that must never travel in a runtime_env: Ray's runtime-env agent logs

@@ -43,17 +43,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-# Ray 2.60 components whose ports cannot be bound to loopback (docs/reliability.md, "Ports"):
-# the C++ gRPC servers listen on every interface, the Prometheus metrics servers on 0.0.0.0
-# unless the node IP is loopback, which ray.init never makes it. Token auth guards them.
-RAY_WILDCARD_COMPONENTS = ("gcs_server", "raylet", "ray::", "monitor.py", "dashboard.py")
-
-
-def is_ray_component(name: str, cmdline: list[str]) -> bool:
-    text = " ".join([name, *cmdline[:3]])
-    return any(part in text for part in RAY_WILDCARD_COMPONENTS)
-
-
 def _auth_mode(process) -> str | None:
     """RAY_AUTH_MODE in the process's environment. Ray's agents rewrite their process title over
     the memory /proc/PID/environ reads (it comes back empty): theirs is the one they inherited

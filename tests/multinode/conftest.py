@@ -266,6 +266,9 @@ def ray_cluster(s3_server, tmp_path_factory) -> RayCluster:
         "RAY_USAGE_STATS_ENABLED": "0",
     }
     env.pop("RAY_ADDRESS", None)
+    # A local instance started earlier in this process keeps Ray on loopback with this switch,
+    # which `ray start` refuses for a worker node; these nodes are on 127.0.0.1 by their flags.
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
     # `ray start` turns token authentication on when ~/.ray/auth_token exists (Ray 2.60); the
     # State API client in this process must then send the token too.
     previous_auth = os.environ.get("RAY_AUTH_MODE")

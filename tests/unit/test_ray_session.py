@@ -42,3 +42,18 @@ def test_tune_no_longer_copies_credentials_into_trial_runtime_envs(monkeypatch):
     remote = class_cache._ActorClassCache().get(Trainable)
     env_vars = remote._default_options["runtime_env"]["env_vars"]
     assert not set(cluster.CREDENTIAL_ENV_VARS) & set(env_vars), env_vars
+
+
+def test_a_local_instance_is_switched_to_loopback_and_a_cluster_driver_back(monkeypatch):
+    from ray._private import ray_constants, services
+
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    monkeypatch.setattr("ray._private.worker._global_node", None)
+    cluster._keep_local_instance_on_loopback(True)
+    # What the processes Ray starts inherit, and what this one resolves its node IP to.
+    assert cluster.os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    assert services.get_node_ip_address() == "127.0.0.1"
+    cluster._keep_local_instance_on_loopback(False)
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in cluster.os.environ
+    assert ray_constants.ENABLE_RAY_CLUSTER is True
