@@ -141,3 +141,29 @@ def test_a_bug_leaves_its_traceback_in_the_log_and_the_console_says_where(tmp_pa
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "unexpected KeyError" in proc.stderr and str(log) in proc.stderr
     assert "Traceback" in log.read_text() and "oops" in log.read_text()
+
+
+class _Trial:
+    def __init__(self, trial_id: str, status: str = "RUNNING", epochs: int = 0):
+        self.trial_id, self.status = trial_id, status
+        self.last_result = {"training_iteration": epochs}
+
+
+def test_sweep_progress_ranks_trials_by_their_latest_value_as_the_outcome_does(caplog):
+    from training.tune.progress import SweepProgress
+
+    sweep = SweepProgress("val_accuracy", "max", num_samples=2, max_t=3)
+    first, second = _Trial("abc_00000"), _Trial("abc_00001")
+    trials = [first, second]
+    with caplog.at_level(logging.INFO, logger=progress.LOGGER):
+        sweep.on_trial_result(1, trials, first, {"val_accuracy": 0.9})
+        sweep.on_trial_result(1, trials, second, {"val_accuracy": 0.7})
+        assert (sweep.best, sweep.best_trial) == (0.9, "trial 00")
+        sweep.on_trial_result(2, trials, first, {"val_accuracy": 0.5})  # trial 00 got worse
+        assert (sweep.best, sweep.best_trial) == (0.7, "trial 01")
+        sweep.on_trial_result(2, trials, second, {"val_accuracy": float("nan")})  # ignored
+        first.last_result, first.status = {"training_iteration": 1}, "TERMINATED"
+        sweep.on_trial_complete(2, trials, first)
+    last = caplog.records[-1].getMessage()
+    assert "1/2 trials done (1 stopped early, 0 errored), 1 running" in last
+    assert "best val_accuracy 0.7000 (trial 01)" in last

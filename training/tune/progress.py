@@ -19,14 +19,20 @@ class SweepProgress(tune.Callback):
         self.num_samples, self.max_t = num_samples, max_t
         self.best: float | None = None
         self.best_trial: str | None = None
+        # Each trial's latest value: the sweep's outcome ranks trials by their last result
+        # (training/tune/outcome.py), so the console's "best so far" does too.
+        self.latest: dict[str, float] = {}
         self.ended: dict[str, str] = {}  # trial id -> completed | stopped-early | errored
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info: Any):
         value = result.get(self.metric)
         if not isinstance(value, int | float) or value != value:  # missing or NaN
             return
-        if self.best is None or gain(float(value), self.best, self.mode) > 0:
-            self.best, self.best_trial = float(value), _short(trial.trial_id)
+        self.latest[trial.trial_id] = float(value)
+        leader = max(self.latest, key=lambda t: gain(self.latest[t], 0.0, self.mode))
+        best, best_trial = self.latest[leader], _short(leader)
+        if (best, best_trial) != (self.best, self.best_trial):
+            self.best, self.best_trial = best, best_trial
             self._report(trials)
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any):
