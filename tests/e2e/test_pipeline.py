@@ -109,7 +109,9 @@ def test_the_console_is_short_and_the_libraries_go_to_the_log(first_run):
 def test_every_listener_of_a_run_is_loopback(watched_run):
     """Issue 17: the sockets of every process a run starts (Prefect's temporary server, the
     local Ray instance's GCS, raylet, agents, metrics exporters and workers, the dashboard, the
-    driver) listen on 127.0.0.1 only; Ray's token authentication is on as well."""
+    driver) listen on 127.0.0.1 only; Ray's token authentication is on as well. One exception,
+    torch's: rank 0's rendezvous store (TCPStore) binds every interface while DDP runs, and
+    torch has no option to bind it elsewhere (docs/reliability.md, "Ports")."""
     _, _, listeners = watched_run
     assert listeners, "no listening socket was seen"
     names = {entry["name"] for entry in listeners}
@@ -119,7 +121,9 @@ def test_every_listener_of_a_run_is_loopback(watched_run):
         for e in listeners
         if e["ip"] not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")
     ]
-    assert exposed == []
+    torch_store = [e for e in exposed if e[0].startswith("ray::RayTrainWorker")]
+    assert len(torch_store) <= 1, torch_store  # one store, on rank 0 of the final training
+    assert [e for e in exposed if e not in torch_store] == []
     rays = [
         e
         for e in listeners
