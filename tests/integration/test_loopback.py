@@ -29,9 +29,16 @@ def test_every_port_of_the_local_instance_is_loopback(ray_local):
 
     assert ray.get([touch.remote() for _ in range(4)]) == [1] * 4  # workers are up
     assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}
-    me = psutil.Process()
+    # This instance's processes only (the ones Ray started for ray_local's node and their
+    # children, and this driver): a `ray start` cluster of the multi-node tests may run beside
+    # it under the same pytest process, and binds as its own flags say.
+    node = ray._private.worker._global_node
+    roots = [
+        psutil.Process(info.process.pid) for infos in node.all_processes.values() for info in infos
+    ]
+    tree = [psutil.Process(), *roots, *(c for root in roots for c in root.children(recursive=True))]
     listeners = []
-    for process in [me, *me.children(recursive=True)]:
+    for process in tree:
         try:
             for conn in process.net_connections(kind="inet"):
                 if conn.status == psutil.CONN_LISTEN:
