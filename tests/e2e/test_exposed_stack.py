@@ -22,8 +22,13 @@ CREDENTIALS = {
 }
 
 
-def _status(url: str, user: str | None = None, password: str | None = None) -> int:
-    request = urllib.request.Request(url)
+def _status(
+    url: str, user: str | None = None, password: str | None = None, post: bool = False
+) -> int:
+    """The HTTP status of a GET (or a JSON POST of ``{}``), with basic auth when given."""
+    request = urllib.request.Request(url, data=b"{}" if post else None)
+    if post:
+        request.add_header("Content-Type", "application/json")
     if user is not None:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
@@ -77,21 +82,9 @@ def test_the_servers_refuse_requests_without_credentials(exposed):
     experiments = f"{mlflow}/api/2.0/mlflow/experiments/search?max_results=1"
     assert _status(f"{prefect}/health") == 200  # health probes stay open (orchestrators)
 
-    def post(url: str, auth: tuple[str, str] | None) -> int:
-        request = urllib.request.Request(url, data=b"{}", method="POST")
-        request.add_header("Content-Type", "application/json")
-        if auth:
-            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-            request.add_header("Authorization", f"Basic {token}")
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
-
-    assert post(flows, None) == 401
-    assert post(flows, ("ops", "wrong")) == 401
-    assert post(flows, ("ops", "prefect-e2e-pw")) == 200
+    assert _status(flows, post=True) == 401
+    assert _status(flows, "ops", "wrong", post=True) == 401
+    assert _status(flows, "ops", "prefect-e2e-pw", post=True) == 200
     assert _status(experiments) == 401
     assert _status(experiments, "ops", "wrong") == 401
     assert _status(experiments, "ops", "mlflow-e2e-pw") == 200
