@@ -148,6 +148,8 @@ def build_searcher(sweep: SweepConfig):
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
 
+    # Optuna logs each study it creates at INFO; the sweep's own progress events say enough.
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(
         seed=sweep.seed,
         # Optuna's default waits for 10 random trials before TPE models anything: more than a
