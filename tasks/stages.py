@@ -73,6 +73,7 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         sweep_run,
         {
             "num_samples": config.sweep.num_samples,
+            "searcher": config.sweep.searcher,
             "metric": config.sweep.metric,
             "asha.max_t": config.sweep.asha.max_t,
             "asha.grace_period": config.sweep.asha.grace_period,
@@ -108,6 +109,7 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
     tracker.set_tags(
         sweep_run,
         {
+            "trainflow.searcher": outcome.searcher,
             "best_trial_id": outcome.best_trial_id,
             "best_params": outcome.best_params,
             "best_trial_name": best.name if best else "none",
@@ -128,7 +130,8 @@ def _sweep_note(outcome: SweepOutcome, best: TrialRow | None, saving: float | No
     """The sweep run's description in the MLflow UI (markdown)."""
     statuses = [t.status for t in outcome.trials]
     lines = [
-        f"**ASHA sweep**: {len(statuses)} trials, {statuses.count('completed')} completed, "
+        f"**ASHA sweep** ({outcome.searcher} search): {len(statuses)} trials, "
+        f"{statuses.count('completed')} completed, "
         f"{statuses.count('stopped-early')} stopped early, {statuses.count('errored')} errored.",
         "",
         f"Epochs spent: {outcome.epochs_spent} of a {outcome.epochs_budget} budget"

@@ -34,8 +34,8 @@ def summary_lines(summary: RunSummary, log_path: str | None = None) -> list[str]
         rows.append(
             (
                 "sweep",
-                f"{len(sweep.trials)} trials ({fates}); best {sweep.metric} "
-                f"{fmt(sweep.best_metric)}: {params}",
+                f"{len(sweep.trials)} trials ({fates}), {sweep.searcher} search; "
+                f"best {sweep.metric} {fmt(sweep.best_metric)}: {params}",
             )
         )
     rows += [

@@ -223,9 +223,31 @@ class SweepConfig(_Section):
     asha: AshaConfig = Field(default_factory=AshaConfig)
     search_space: dict[str, SearchDomain] = Field(default_factory=_default_search_space)
     seed: int = Field(0, ge=0, description="seed of the sampled configurations")
+    searcher: Literal["random", "optuna"] = Field(
+        "random", description="random | optuna (Optuna's TPE, seeded with sweep.seed)"
+    )
+    gpus_per_trial: float | None = Field(
+        None,
+        gt=0,
+        description="GPUs of each function trial (a fraction <= 1, or an integer), or of each "
+        "worker of a TorchTrainer trial (an integer); default: 1 with train.use_gpu",
+    )
+
+    @field_validator("gpus_per_trial")
+    @classmethod
+    def _whole_or_share(cls, value: float | None) -> float | None:
+        if value is not None and value > 1 and value != int(value):
+            raise ValueError("must be a share of one GPU (0 < x <= 1) or a whole number of GPUs")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
+        gpus = self.gpus_per_trial
+        if self.workers_per_trial > 1 and gpus is not None and gpus != int(gpus):
+            raise ValueError(
+                f"sweep.gpus_per_trial={gpus:g} with sweep.workers_per_trial > 1 is each DDP "
+                "worker's GPUs: a whole number (nccl refuses two ranks on one GPU)"
+            )
         if self.asha.grace_period > self.asha.max_t:
             raise ValueError(
                 f"sweep.asha.grace_period ({self.asha.grace_period}) must be <= "
@@ -326,6 +348,8 @@ class PipelineConfig(_Section):
                 raise ValueError("model.kind=cnn needs data.image_shape, e.g. [1, 28, 28]")
         if self.ray.address is None:
             self._check_fits_local_instance()
+        if self.sweep.gpus_per_trial is not None and not self.train.use_gpu:
+            raise ValueError("sweep.gpus_per_trial needs train.use_gpu=true")
         for key, domain in self.sweep.search_space.items():
             check_search_key(self, key, domain)
         return self

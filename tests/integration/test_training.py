@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import glob
 import os
+import pickle
+import signal
 import sys
 
 import pytest
 import ray.cloudpickle as cloudpickle
+from ray import tune
 
 from training.errors import TrainingDivergedError
 from training.loop.checkpoint import load_state
@@ -88,3 +92,65 @@ def test_trials_with_two_workers_each_drive_a_torch_trainer(manifest, layout):
     assert sorted(r for r in runs if r.startswith("trial-")) == sorted(
         f"trial-{t.trial_id}" for t in outcome.trials
     )
+
+
+class _InterruptOnce(tune.Callback):
+    """Stops the sweep once, after its first trial completes, as Ctrl-C would stop `tune.run`
+    (SIGUSR1: Tune saves the experiment, searcher included, and returns). Tune restores its
+    callbacks with the experiment, so a marker file keeps the restored one from firing again."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def _optuna_study(experiment_dir: str):
+    """The OptunaSearch state Tune saved last in the experiment directory (its study)."""
+    newest = max(
+        glob.glob(os.path.join(experiment_dir, "searcher-state-*.pkl")), key=os.path.getmtime
+    )
+    with open(newest, "rb") as file:
+        return pickle.load(file)["_ot_study"]
+
+
+@pytest.mark.parametrize("searcher", ["optuna", "random"])
+def test_an_interrupted_sweep_resumes_with_its_searcher(manifest, layout, tmp_path, searcher):
+    config = load_config(
+        None,
+        [
+            f"sweep.searcher={searcher}",
+            "sweep.num_samples=3",
+            "sweep.max_concurrent_trials=1",
+            "sweep.asha.max_t=2",
+            "sweep.asha.grace_period=2",  # no rung: every trial runs both epochs
+            "sweep.search_space={train.lr: {loguniform: [1.0e-3, 3.0e-2]}}",
+        ],
+    )
+    run_id = f"sweep-resume-{searcher}"
+    marker = str(tmp_path / "interrupted")
+    first = run_sweep(config, manifest, run_id, layout, callbacks=[_InterruptOnce(marker)])
+    done = {t.trial_id: t for t in first.trials if t.status == "completed"}
+    assert os.path.exists(marker) and 1 <= len(done) < 3, [t.status for t in first.trials]
+
+    again = run_sweep(config, manifest, run_id, layout)
+    assert again.searcher == searcher
+    assert [t.status for t in again.trials] == ["completed"] * 3
+    assert len({t.params["train.lr"] for t in again.trials}) == 3
+    for trial in again.trials:  # the trials done before the interruption were not re-run
+        if trial.trial_id in done:
+            assert (trial.params, trial.metrics) == (
+                done[trial.trial_id].params,
+                done[trial.trial_id].metrics,
+            )
+            assert [row["epoch"] for row in trial.history] == [1, 2]
+    if searcher == "optuna":
+        # One study across the restore: it asked for and was told all three trials.
+        study = _optuna_study(os.path.join(layout.runs_dir(run_id), "sweep"))
+        assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+        assert sorted(t.params["train.lr"] for t in study.trials) == sorted(
+            t.params["train.lr"] for t in again.trials
+        )

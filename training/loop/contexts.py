@@ -173,21 +173,29 @@ class TrainContext(_RayReporting):
 
 
 class TuneContext(_RayReporting):
-    """Inside a plain Tune function trial: one process, in-memory splits, ``ray.tune.report``."""
+    """Inside a plain Tune function trial: one process, in-memory splits, ``ray.tune.report``.
+
+    On a ``device`` other than the CPU (the trial's GPU share) the splits move there once and
+    every epoch indexes them in place, as a Train worker's cached shard does.
+    """
 
     world_size = 1
     rank = 0
 
-    def __init__(self, train: Batch, val: Batch, seed: int) -> None:
+    def __init__(self, train: Batch, val: Batch, seed: int, device: str = "cpu") -> None:
         import ray.tune
 
         self._api = ray.tune
-        self._train, self._val, self._seed = train, val, seed
+        self._device = torch.device(device)
+        self._train = tuple(t.to(self._device) for t in train)
+        self._val = tuple(t.to(self._device) for t in val)
+        self._seed = seed
 
     def train_batches(self, epoch: int, batch_size: int, start: int = 0) -> Iterator[Batch]:
         features, labels = self._train
+        # Drawn on the CPU whatever the device: the same order as a CPU trial's.
         generator = torch.Generator().manual_seed(epoch_seed(self._seed, epoch, 0))
-        order = torch.randperm(len(labels), generator=generator)
+        order = torch.randperm(len(labels), generator=generator).to(self._device)
         for first in range(start * batch_size, len(order), batch_size):
             index = order[first : first + batch_size]
             yield features[index], labels[index]
@@ -198,7 +206,7 @@ class TuneContext(_RayReporting):
             yield features[start : start + batch_size], labels[start : start + batch_size]
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
-        return model
+        return model.to(self._device)
 
     def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         return values

@@ -101,8 +101,13 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
     Returns the full per-epoch history (also kept in every checkpoint so it survives restarts).
     """
     run = _build_run(settings, ctx)
-    start = _resume(run, ctx.latest_state())
+    state = ctx.latest_state()
+    start = _resume(run, state)
     run.model = ctx.prepare_model(run.model)
+    if state is not None:
+        # Now that the parameters sit on their device (a GPU with use_gpu), torch puts the
+        # optimizer's moments beside them; loaded before, they stayed on the CPU.
+        run.optimizer.load_state_dict(state["optimizer"])
     for epoch in range(start.epoch, run.max_epochs):
         metrics = _run_epoch(run, epoch, start if epoch == start.epoch else _Start(epoch))
         run.scheduler.step()
@@ -152,8 +157,7 @@ def _resume(run: _Run, state: dict[str, Any] | None) -> _Start:
     """Load a checkpoint's state into the run (if any); where its training continues."""
     if state is None:
         return _Start()
-    run.model.load_state_dict(state["model"])
-    run.optimizer.load_state_dict(state["optimizer"])
+    run.model.load_state_dict(state["model"])  # the optimizer's state: after prepare_model
     run.scheduler.load_state_dict(state["scheduler"])
     run.history = list(state["history"])
     start = _Start(int(state["epoch"]), int(state.get("batch", 0)), state.get("partial_totals"))

@@ -35,6 +35,7 @@ class SweepOutcome:
     trials: list[TrialSummary] = field(default_factory=list)
     epochs_spent: int = 0
     epochs_budget: int = 0
+    searcher: str = "random"  # sweep.searcher: random | optuna
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,6 +79,7 @@ def summarize(grid, config: PipelineConfig) -> SweepOutcome:
         trials=trials,
         epochs_spent=sum(t.epochs for t in trials),
         epochs_budget=sweep.num_samples * sweep.asha.max_t,
+        searcher=sweep.searcher,
     )
     if not healthy:
         reasons = "; ".join(sorted({t.error or "no metrics" for t in trials}))[:500]

@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from training.config import PipelineConfig, validate_config
+from training.config import PipelineConfig, SweepConfig, validate_config
+from training.errors import TrainflowError
 from training.manifest import FeatureSpec, Manifest
 from training.storage import StorageLayout
 from training.tune.outcome import SweepOutcome, summarize
+from training.tune.resources import trial_resources
 from training.tune.space import param_space
 
 log = logging.getLogger(__name__)
@@ -37,8 +39,24 @@ def _function_trial(params: dict[str, Any], *, base: dict, spec: dict, arrays, m
         train=(torch.tensor(train_x), torch.tensor(train_y)),
         val=(torch.tensor(val_x), torch.tensor(val_y)),
         seed=config.train.seed,
+        device=_trial_device(config),
     )
     run_loop(loop_config(config, FeatureSpec.from_dict(spec), max_epochs), ctx)
+
+
+def _trial_device(config: PipelineConfig) -> str:
+    """The trial's GPU share with use_gpu (Ray sets CUDA_VISIBLE_DEVICES to it), else the CPU."""
+    import torch
+
+    if not config.train.use_gpu:
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise TrainflowError(
+            "train.use_gpu is true but this trial's torch sees no CUDA device (a CPU build of "
+            f"torch {torch.__version__}?); install a CUDA build on the GPU nodes or set "
+            "train.use_gpu=false"
+        )
+    return "cuda"
 
 
 def _trainer_trial(
@@ -72,11 +90,15 @@ def _trainer_trial(
 
 
 def _trainable(config: PipelineConfig, manifest: Manifest, storage_path: str, storage_fs):
+    import ray
     from ray import tune
 
     from training.data.read import load_split_arrays
 
     sweep = config.sweep
+    resources = trial_resources(config, ray.cluster_resources())
+    if resources.worker is not None:  # each TorchTrainer worker's CPUs and GPUs
+        config = config.with_overrides({"train.resources_per_worker": resources.worker})
     base = config.model_dump(mode="json")
     if sweep.workers_per_trial == 1:
         arrays = tuple(
@@ -91,7 +113,7 @@ def _trainable(config: PipelineConfig, manifest: Manifest, storage_path: str, st
             arrays=arrays,
             max_epochs=sweep.asha.max_t,
         )
-        return tune.with_resources(fn, {"cpu": 1})
+        return tune.with_resources(fn, resources.trial)
     fn = tune.with_parameters(
         _trainer_trial,
         base=base,
@@ -101,8 +123,40 @@ def _trainable(config: PipelineConfig, manifest: Manifest, storage_path: str, st
         max_epochs=sweep.asha.max_t,
         workers=sweep.workers_per_trial,
     )
-    # The trial only drives the TorchTrainer; its workers hold the CPUs.
-    return tune.with_resources(fn, {"cpu": 0.01})
+    # The trial only drives the TorchTrainer; its workers hold the CPUs (and GPUs).
+    return tune.with_resources(fn, resources.trial)
+
+
+def build_searcher(sweep: SweepConfig):
+    """The sweep's search algorithm (``sweep.searcher``), running at most
+    ``sweep.max_concurrent_trials`` trials at once.
+
+    random: Tune's BasicVariantGenerator, which limits concurrency itself (TuneConfig's limit
+    only wraps Searchers). optuna: Optuna's TPE through Tune's OptunaSearch, which takes the
+    param_space's Tune domains as they are (loguniform/uniform -> FloatDistribution, randint
+    -> IntDistribution with the high end exclusive, choice -> CategoricalDistribution), in a
+    ConcurrencyLimiter. Tune saves either in the experiment directory, so Tuner.restore goes
+    on with the same generator or study.
+    """
+    if sweep.searcher == "random":
+        from ray.tune.search.basic_variant import BasicVariantGenerator
+
+        return BasicVariantGenerator(
+            random_state=sweep.seed, max_concurrent=sweep.max_concurrent_trials
+        )
+    import optuna
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    # Optuna logs each study it creates at INFO; the sweep's own progress events say enough.
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(
+        seed=sweep.seed,
+        # Optuna's default waits for 10 random trials before TPE models anything: more than a
+        # whole sweep of 8. Half the budget (2 to 10) explores at random, the rest exploits.
+        n_startup_trials=max(2, min(10, sweep.num_samples // 2)),
+    )
+    return ConcurrencyLimiter(OptunaSearch(sampler=sampler), sweep.max_concurrent_trials)
 
 
 def run_sweep(
@@ -115,7 +169,6 @@ def run_sweep(
     """Run (or resume, with the same run id) the ASHA sweep and pick the best healthy trial."""
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search.basic_variant import BasicVariantGenerator
 
     from training.tune.progress import SweepProgress
 
@@ -124,6 +177,7 @@ def run_sweep(
     trainable = _trainable(config, manifest, storage_path, storage_fs)
     experiment_path = f"{storage_path.rstrip('/')}/{SWEEP_NAME}"
     if tune.Tuner.can_restore(experiment_path, storage_filesystem=storage_fs):
+        # Restored as first stored: trials, space and searcher state (random or optuna).
         log.info("resuming the sweep stored at %s", experiment_path)
         tuner = tune.Tuner.restore(
             experiment_path,
@@ -140,10 +194,7 @@ def run_sweep(
                 metric=sweep.metric,
                 mode=sweep.mode,
                 num_samples=sweep.num_samples,
-                # The generator itself limits concurrency (TuneConfig's limit only wraps Searchers).
-                search_alg=BasicVariantGenerator(
-                    random_state=sweep.seed, max_concurrent=sweep.max_concurrent_trials
-                ),
+                search_alg=build_searcher(sweep),
                 scheduler=ASHAScheduler(
                     time_attr="training_iteration",
                     max_t=sweep.asha.max_t,
