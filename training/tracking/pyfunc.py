@@ -161,6 +161,14 @@ def load_packed(files: dict[str, bytes], directory: str):
     return mlflow.pyfunc.load_model(directory)
 
 
+def refusal(exc: BaseException) -> str:
+    """The reason in an MLflow input error, without the dump of the data it carries."""
+    text = str(exc)
+    # "Failed to enforce schema of data '<the table>' with schema '<...>'. Error: <reason>"
+    reason = text.rsplit("Error: ", 1)[-1] if "Failed to enforce schema" in text else text
+    return one_line(reason, limit=300)
+
+
 def predict(model, frame: pd.DataFrame) -> pd.DataFrame:
     """``model.predict(frame)``; a schema or input error becomes a DataValidationError."""
     from mlflow.exceptions import MlflowException
@@ -168,6 +176,4 @@ def predict(model, frame: pd.DataFrame) -> pd.DataFrame:
     try:
         return model.predict(frame)
     except MlflowException as exc:
-        raise DataValidationError(
-            f"the model refused the input: {one_line(exc, limit=600)}"
-        ) from None
+        raise DataValidationError(f"the model refused the input: {refusal(exc)}") from None
