@@ -75,7 +75,7 @@ def evaluate_predictions(
                 targets=TARGET,
                 predictions=PREDICTED,
                 model_type="classifier",
-                evaluators=["default"],
+                evaluators="default",
                 evaluator_config={"label_list": list(classes), "log_explainer": False},
                 custom_artifacts=[_curves(labels, probs, list(classes))],
             )
