@@ -69,6 +69,8 @@ class Served:
     def __init__(self, tracking_uri: str, model_uri: str, port: int, log: Path):
         self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+        # MLflow starts `uvicorn` by name: the venv's bin directory must be on PATH.
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri]
@@ -132,8 +134,13 @@ def check_lineage(tracking_uri: str, version, accuracy: float) -> None:
     artifacts = {a.path for a in client.list_artifacts(evaluate_run.info.run_id)}
     assert {"roc_curve_plot.png", "precision_recall_curve_plot.png"} <= artifacts, artifacts
     assert "per_class_metrics.csv" in artifacts, artifacts
-    inputs = evaluate_run.inputs.dataset_inputs
-    assert [d.dataset.digest for d in inputs] == [version.tags["data_fingerprint"]]
+    by_context = {
+        t.value: d.dataset
+        for d in evaluate_run.inputs.dataset_inputs
+        for t in d.tags
+        if t.key == "mlflow.data.context"
+    }
+    assert by_context["test"].digest == version.tags["data_fingerprint"], by_context
     train_inputs = client.get_run(version.run_id).inputs.dataset_inputs
     contexts = sorted(t.value for d in train_inputs for t in d.tags if t.key.endswith("context"))
     assert contexts == ["train", "val"]
