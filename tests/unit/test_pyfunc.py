@@ -151,3 +151,23 @@ def test_image_column_and_int_labels(tmp_path):
     short = frame.assign(**{"pixels grid": [v[:9] for v in images]})
     with pytest.raises(Exception, match="pixels grid"):
         model.predict(short)
+
+
+def test_a_ray_data_actor_error_comes_back_as_our_one_message():
+    """Ray Data returns an actor's UDF error as text (UserCodeException): predict and evaluate
+    re-raise our error from it, so the CLI prints one line naming the column, exit code 2."""
+    from training.errors import DataValidationError
+    from training.inference.predictor import our_errors
+
+    text = (
+        "ray::MapWorker(MapBatches(PyfuncPredictor)).submit() ...\n"
+        "training.errors.DataValidationError: the model refused the input: Model is missing "
+        "inputs ['pixel_07'].\n"
+    )
+    with pytest.raises(DataValidationError) as excinfo, our_errors():
+        raise RuntimeError(text)
+    assert str(excinfo.value) == (
+        "the model refused the input: Model is missing inputs ['pixel_07']."
+    )
+    with pytest.raises(KeyError), our_errors():  # anything else passes through untouched
+        raise KeyError("x")

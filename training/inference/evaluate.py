@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from training.errors import DataValidationError
-from training.inference.predictor import TRUE_LABEL, PyfuncPredictor, single_actor
+from training.inference.predictor import TRUE_LABEL, PyfuncPredictor, our_errors, single_actor
 from training.manifest import FeatureSpec, Manifest
 from training.tracking import pyfunc
 
@@ -107,10 +107,11 @@ def evaluate_model(
     names = pyfunc.class_columns(list(classes))
     index = pd.Index(list(classes))
     labels, predictions, probs = [], [], []
-    for batch in scored.iter_batches(batch_size=4096, batch_format="pandas"):
-        labels.append(batch[TRUE_LABEL].to_numpy())
-        predictions.append(batch[pyfunc.PREDICTION].to_numpy())
-        probs.append(batch[names].to_numpy(dtype=np.float64))
+    with our_errors():
+        for batch in scored.iter_batches(batch_size=4096, batch_format="pandas"):
+            labels.append(batch[TRUE_LABEL].to_numpy())
+            predictions.append(batch[pyfunc.PREDICTION].to_numpy())
+            probs.append(batch[names].to_numpy(dtype=np.float64))
     if not labels:
         raise DataValidationError(f"the {split} split is empty; use more data or a larger split")
     out = Scored(np.concatenate(labels), np.concatenate(predictions), np.vstack(probs), classes)

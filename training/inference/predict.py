@@ -4,7 +4,7 @@ one probability per class, and the confidence), streamed through the pyfunc mode
 from __future__ import annotations
 
 from training.errors import DataValidationError
-from training.inference.predictor import PyfuncPredictor, single_actor
+from training.inference.predictor import PyfuncPredictor, our_errors, single_actor
 from training.storage import atomic_path
 
 BATCH_ROWS = 1024
@@ -26,7 +26,7 @@ def predict_files(
         compute=single_actor(),
     )
     rows = 0
-    with atomic_path(output) as tmp:
+    with our_errors(), atomic_path(output) as tmp:
         writer = None
         try:
             for table in scored.iter_batches(batch_size=4096, batch_format="pyarrow"):

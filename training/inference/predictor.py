@@ -8,17 +8,57 @@ an MLflow client or ``mlflow models serve`` runs.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 
 import pandas as pd
 import torch
 
+from training import errors
+from training.errors import TrainflowError
 from training.tracking import pyfunc
 
 #: The column of an evaluation batch holding the true label (the user's label column's values).
 TRUE_LABEL = "__trainflow_true_label__"
 CONFIDENCE = "confidence"
+
+
+def _ours(exc: BaseException | None) -> TrainflowError | None:
+    """The TrainflowError a Ray Data failure wraps (task error -> UDF error -> our error)."""
+    queue, seen = [exc], set()
+    while queue:
+        current = queue.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, TrainflowError) and type(current).__module__.startswith("training"):
+            return current
+        # RayTaskError keeps the worker's exception as ``cause``; UDF errors chain theirs.
+        queue += [getattr(current, "cause", None), current.__cause__, current.__context__]
+    # An actor's UDF error reaches the driver as text only (Ray Data's UserCodeException keeps
+    # the worker's traceback, not the exception): rebuild ours from its last line.
+    found = re.findall(r"training\.errors\.(\w+): ([^\n]+)", str(exc))
+    if found:
+        name, message = found[-1]
+        kind = getattr(errors, name, None)
+        if isinstance(kind, type) and issubclass(kind, TrainflowError):
+            return kind(message)
+    return None
+
+
+@contextlib.contextmanager
+def our_errors() -> Iterator[None]:
+    """Re-raise the TrainflowError (one message, naming the column) behind a Ray Data error."""
+    try:
+        yield
+    except Exception as exc:
+        found = _ours(exc)
+        if found is None or found is exc:
+            raise
+        raise found from None
 
 
 def single_actor():
