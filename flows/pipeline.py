@@ -127,7 +127,16 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
     with clock.stage("evaluate"):
         eval_result = stages.evaluate(best_config, manifest, train_outcome.checkpoint_path, parent)
     with clock.stage("promote"):
-        model = stages.promote(best_config, manifest, train_outcome, train_run, eval_result, parent)
+        model = stages.promote(
+            best_config,
+            manifest,
+            train_outcome,
+            train_run,
+            eval_result,
+            parent,
+            chosen_by=stages.how_chosen(sweep_outcome),
+            run_id=run_id,
+        )
 
     summary = RunSummary(
         run_id=run_id,

@@ -15,15 +15,14 @@ from training import cluster, progress
 from training.config import PipelineConfig
 from training.data import inputs
 from training.data import preprocess as preprocessing
-from training.inference.evaluate import EvalResult, evaluate_state
+from training.inference.evaluate import EvalResult, evaluate_state, raw_rows
 from training.loop.trainer import TrainOutcome, train_final
 from training.manifest import Manifest
-from training.model.serving import serving_model
 from training.report.plots import evaluation_plots, learning_curves_png
 from training.report.sweep_plots import sweep_plots
 from training.report.trials import TrialRow, sweep_saving, trial_rows
 from training.storage import StorageLayout
-from training.tracking import registry, store, sweep_runs
+from training.tracking import evaluation, lineage, pyfunc, registry, store, sweep_runs
 from training.tune.outcome import SweepOutcome
 from training.tune.sweep import run_sweep
 
@@ -69,6 +68,7 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
     connect_ray(config)
     tracker = store.configure(config)
     sweep_run = tracker.start_child_run(parent_run, "sweep", stage="sweep")
+    lineage.log_datasets(tracker, sweep_run, manifest, ["train", "val"])
     tracker.log_params(
         sweep_run,
         {
@@ -185,6 +185,7 @@ def train(
     connect_ray(config)
     tracker = store.configure(config)
     train_run = tracker.start_child_run(parent_run, "train", stage="train")
+    lineage.log_datasets(tracker, train_run, manifest, ["train", "val"])
     tracker.log_params(
         train_run,
         {k: v for k, v in config.flat().items() if k.startswith(("train.", "model."))},
@@ -216,14 +217,19 @@ def _load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict
 def evaluate(
     config: PipelineConfig, manifest: Manifest, checkpoint_path: str, parent_run: str
 ) -> EvalResult:
+    """Score the test split's raw rows through the pyfunc model the checkpoint becomes; log
+    trainflow's report and MLflow's own classifier evaluation of the same predictions."""
     connect_ray(config)
     tracker = store.configure(config)
     eval_run = tracker.start_child_run(parent_run, "evaluate", stage="evaluate")
     tracker.set_tags(eval_run, {"checkpoint_path": checkpoint_path})
-    result = evaluate_state(
+    lineage.log_datasets(tracker, eval_run, manifest, ["test"])
+    endpoint = config.storage.endpoint_url
+    result, scored = evaluate_state(
         _load_checkpoint_state(config, checkpoint_path),
         manifest,
-        endpoint_url=config.storage.endpoint_url,
+        endpoint_url=endpoint,
+        raw_example=raw_rows(manifest, "test", pyfunc.EXAMPLE_ROWS, endpoint),
     )
     tracker.log_metrics(eval_run, result.metrics)
     tracker.log_dict(eval_run, result.per_class, "per_class.json")
@@ -234,6 +240,9 @@ def evaluate(
         plots = evaluation_plots(result.per_class, result.confusion, result.class_names, tmp)
         for png in plots.values():
             tracker.log_artifact(eval_run, png, "plots")
+    evaluation.evaluate_predictions(
+        tracker, eval_run, scored.labels, scored.predictions, scored.probs, scored.classes
+    )
     tracker.log_metrics(parent_run, result.metrics)
     tracker.end_run(eval_run)
     progress.report(
@@ -245,6 +254,19 @@ def evaluate(
     return result
 
 
+def how_chosen(sweep: SweepOutcome | None) -> str:
+    """How the trained configuration was chosen, for the model version's description."""
+    if sweep is None or not sweep.best_trial_id:
+        return "configuration as given (no sweep)"
+    params = ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sweep.best_params.items()
+    )
+    return (
+        f"best of {len(sweep.trials)} ASHA trials (trial {sweep.best_trial_id}, "
+        f"{sweep.metric}={sweep.best_metric:.4f}; {params})"
+    )
+
+
 @task(name="promote", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
 def promote(
     config: PipelineConfig,
@@ -253,20 +275,18 @@ def promote(
     train_run: str,
     eval_result: EvalResult,
     parent_run: str,
+    chosen_by: str = "configuration as given",
+    run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Log the model, register a version, alias challenger; move champion only if it wins."""
-    from training.data.read import load_split_arrays
-
+    """Log the pyfunc model, register a version, alias challenger; champion only if it wins."""
     tracker = store.configure(config)
     state = _load_checkpoint_state(config, train_outcome.checkpoint_path)
-    features = load_split_arrays(manifest, "test", config.storage.endpoint_url)[0][:5]
-    spec = manifest.spec
-    # The served model takes raw features, so the example is de-normalised test rows.
-    raw_example = features * [s if s > 0 else 1.0 for s in spec.std] + spec.mean
+    example = raw_rows(manifest, "test", pyfunc.EXAMPLE_ROWS, config.storage.endpoint_url)
     metric = config.mlflow.gate.metric
     description = (
-        f"{config.model.kind} trained on {manifest.source} "
-        f"(data {manifest.fingerprint}); {metric}={eval_result.metrics[metric]:.4f}"
+        f"{config.model.kind} trained on {manifest.source} (data {manifest.fingerprint}); "
+        f"chosen as the {chosen_by}; {metric}={eval_result.metrics[metric]:.4f} on the test "
+        "split's raw rows through this pyfunc model"
     )
     with tempfile.TemporaryDirectory() as tmp:
         from training.loop.checkpoint import save_state
@@ -275,21 +295,21 @@ def promote(
         version = registry.log_and_register_model(
             tracker,
             train_run,
-            serving_model(state),
-            raw_example.astype("float32"),
             state_path,
+            example,
             description=description,
             tags={
-                "source_run": train_run,
-                "pipeline_run": parent_run,
-                "data_fingerprint": manifest.fingerprint,
+                **lineage.version_tags(config, manifest, train_run, parent_run, run_id),
                 **{k: f"{v:.6g}" for k, v in eval_result.metrics.items()},
             },
         )
     decision = registry.promote(tracker, version["version"], eval_result.metrics[metric])
+    champion_value = decision["champion_value"]
+    against = f" vs champion {champion_value:.4f}" if champion_value is not None else ""
     registry.describe_model(
         tracker,
-        f"{description}; gate: {decision['decision']} (pipeline run {parent_run})",
+        f"{description}; gate on {metric}: {decision['decision']} "
+        f"({eval_result.metrics[metric]:.4f}{against}; pipeline run {parent_run})",
         version=version["version"],
     )
     # The registry page: what the model is, and what the aliases mean.
@@ -297,8 +317,11 @@ def promote(
         tracker,
         f"{config.model.kind} classifier trained by trainflow on {manifest.source}. "
         f"Alias `{registry.CHAMPION}`: the version in use; `{registry.CHALLENGER}`: the latest "
-        f"candidate. Each version is tagged with its source run, data fingerprint, test "
-        f"metrics and the gate's decision ({metric}).",
+        f"candidate. Each version is tagged with its source run, data fingerprint, config "
+        f"hash, git commit, test metrics and the gate's decision ({metric}). An MLflow pyfunc: "
+        f"`mlflow.pyfunc.load_model('models:/{version['name']}@{registry.CHAMPION}')"
+        ".predict(raw_table)` returns the predicted label and one probability per class "
+        "(docs/serving.md).",
     )
     tracker.set_tags(
         parent_run, {"model_version": version["version"], "gate": decision["decision"]}

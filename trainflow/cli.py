@@ -143,15 +143,24 @@ def config_show(
     console.print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
 
 
-def _model_state(config, model_uri: str) -> dict[str, Any]:
+def _model_files(config, model_uri: str) -> tuple[dict[str, bytes], list[Any]]:
+    """The MLflow model's files (packed for Ray workers) and its classes: a ``models:/`` or
+    ``runs:/`` URI's own files, or a checkpoint directory saved as the same pyfunc model."""
+    import tempfile
+
     from training.loop.checkpoint import load_model_state
-    from training.tracking import registry, store
+    from training.tracking import pyfunc, registry, store
 
     local = Path(model_uri)
-    if local.exists():
-        return load_model_state(str(local))
-    tracker = store.configure(config)
-    return load_model_state(str(registry.model_files(tracker, model_uri)))
+    with tempfile.TemporaryDirectory() as tmp:
+        if local.exists():
+            state = load_model_state(str(local))  # weights_only: refuses unsafe checkpoints
+            model_dir = Path(pyfunc.save(state, f"{tmp}/model"))
+        else:
+            state_file = registry.model_files(store.configure(config), model_uri, dst_path=tmp)
+            state = load_model_state(str(state_file))
+            model_dir = state_file.parent.parent
+        return pyfunc.pack(str(model_dir)), list(state["spec"]["classes"])
 
 
 @app.command()
@@ -174,11 +183,11 @@ def evaluate(
     from training import cluster
     from training.data.inputs import fingerprint, resolve_inputs
     from training.data.preprocess import preprocess
-    from training.inference.evaluate import evaluate_state
+    from training.inference.evaluate import evaluate_model
     from training.storage import StorageLayout
 
     try:
-        state = _model_state(config, model)
+        files_of_model, classes = _model_files(config, model)
         cluster.connect(config.ray)
         endpoint = config.storage.endpoint_url
         files = resolve_inputs(config.data, endpoint)
@@ -188,7 +197,7 @@ def evaluate(
             fingerprint(config.data, files, endpoint),
             files,
         )
-        result = evaluate_state(state, manifest, split, endpoint_url=endpoint)
+        result, _ = evaluate_model(files_of_model, classes, manifest, split, endpoint)
     finally:
         cluster.shutdown()
     table = Table(title=f"{model} on {split} ({int(result.metrics['test_rows'])} rows)")
@@ -211,7 +220,8 @@ def predict(
     config_file: Path | None = ConfigOption,
     overrides: list[str] | None = SetOption,
 ) -> None:
-    """Predict labels for new rows; writes the input columns plus prediction and confidence."""
+    """Predict labels for new rows through the MLflow pyfunc model; writes the input columns
+    plus prediction, one probability column per class, and confidence."""
     from trainflow.env import prepare_environment
 
     config = _load(config_file, overrides)
@@ -222,12 +232,12 @@ def predict(
     from training.inference.predict import predict_files
 
     try:
-        state = _model_state(config, model)
+        files_of_model, _ = _model_files(config, model)
         source = DataConfig(source=str(input_path.resolve()), label_column="__none__")
         files = resolve_inputs(source)
         fmt = input_format(source, files)
         cluster.connect(config.ray)
-        rows = predict_files(state, files, str(output), fmt=fmt)
+        rows = predict_files(files_of_model, files, str(output), fmt=fmt)
     finally:
         cluster.shutdown()
     console.print(f"wrote {rows} predictions to {output}")

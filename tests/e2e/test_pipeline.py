@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from cli_runner import run_cli, run_cli_watching_listeners
 
@@ -333,3 +334,74 @@ def test_bad_config_fails_before_anything_starts(home):
     assert proc.returncode == 2
     assert "train.lr" in proc.stderr and "greater than 0" in proc.stderr
     assert "grace_period" in proc.stderr
+
+
+# Issue 14: the champion is an MLflow pyfunc any client can use on the raw table.
+
+
+@pytest.fixture(scope="module")
+def champion_rows(home, first_run, client, tmp_path_factory):
+    """The raw test rows (without the label) and the champion version that will score them."""
+    from champion_checks import raw_test_rows
+
+    rows = raw_test_rows(home / "datasets" / "digits" / "digits.parquet")
+    where = tmp_path_factory.mktemp("champion")
+    rows.drop(columns=["label"]).to_parquet(where / "test.parquet")
+    version = client.get_model_version_by_alias("digits-smoke", "champion")
+    return rows, where, version
+
+
+def test_champion_loads_without_trainflow_and_matches_the_evaluate_stage(home, champion_rows):
+    """mlflow.pyfunc.load_model in a Python where trainflow cannot be imported: the evaluate
+    stage's accuracy on the same raw test rows; lineage on the version and runs."""
+    from champion_checks import check_lineage, predict_without_trainflow
+
+    rows, where, version = champion_rows
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    out = predict_without_trainflow(
+        uri, "models:/digits-smoke@champion", where / "test.parquet", where / "preds.parquet"
+    )
+    assert out == {"rows": len(rows), "columns": ["prediction", *map(str, range(10))]}
+    preds = pd.read_parquet(where / "preds.parquet")
+    accuracy = float((preds["prediction"].to_numpy() == rows["label"].to_numpy()).mean())
+    assert accuracy == pytest.approx(float(version.tags["test_accuracy"]), abs=1e-6)
+    assert int(float(version.tags["test_rows"])) == len(rows)
+    for key in ("data_fingerprint", "config_hash", "source_run", "trainflow.run_id"):
+        assert version.tags.get(key), key
+    assert "ASHA trials" in version.description and "gate on" in version.description
+    check_lineage(uri, version, accuracy)
+
+
+def test_mlflow_models_serve_answers_like_the_in_process_pyfunc(home, champion_rows):
+    import mlflow.pyfunc
+    from champion_checks import Served
+    from cli_runner import free_port
+
+    rows, where, _ = champion_rows
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    model = mlflow.pyfunc.load_model("models:/digits-smoke@champion")
+    batch = rows.drop(columns=["label"]).head(20)
+    expected = model.predict(batch)
+    served = Served(uri, "models:/digits-smoke@champion", free_port(), where / "serve.log")
+    try:
+        served.wait_ready()
+        split = json.loads(batch.to_json(orient="split", index=False))
+        status, body = served.invoke({"dataframe_split": split})
+        assert status == 200, body
+        got = pd.DataFrame(body["predictions"])
+        assert got["prediction"].tolist() == expected["prediction"].tolist()
+        assert got["3"].to_numpy() == pytest.approx(expected["3"].to_numpy(), abs=1e-6)
+        records = json.loads(batch.head(3).to_json(orient="records"))
+        status, body = served.invoke({"dataframe_records": records})
+        assert status == 200, body
+        assert [r["prediction"] for r in body["predictions"]] == expected["prediction"][:3].tolist()
+        bad = json.loads(batch.drop(columns=["pixel_07"]).to_json(orient="split", index=False))
+        status, body = served.invoke({"dataframe_split": bad})
+        assert status == 400 and "pixel_07" in body["message"], body
+        nan = batch.head(2).assign(pixel_05=None)
+        status, body = served.invoke({"dataframe_records": nan.to_dict(orient="records")})
+        assert status == 400 and "pixel_05" in body["message"], body
+    finally:
+        served.stop()
+    assert served.proc.returncode is not None

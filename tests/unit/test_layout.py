@@ -74,6 +74,11 @@ TRAINING_BOTTOM = {
 MLFLOW_HOME = "training.tracking"
 # ... except these, which decide without a server: no mlflow, nothing of ours but the bottom.
 MLFLOW_FREE = {"training.tracking.gate"}
+# The registered model's own code, shipped inside every MLflow model (code_paths): it subclasses
+# mlflow.pyfunc.PythonModel, so it imports mlflow too, and it must load where trainflow is not
+# installed: nothing but the standard library, these packages and its own modules.
+SHIPPED = "training.model.trainflow_pyfunc"
+SHIPPED_MAY_IMPORT = {"torch", "numpy", "pandas", "mlflow"}
 
 SUBPROCESS_TIMEOUT_S = 300
 
@@ -239,9 +244,14 @@ def test_required_module_exists(module):
 # --- (a) training never imports prefect; only training/tracking/ imports mlflow ------------
 
 
+def in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
 def may_import_mlflow(module: str) -> bool:
-    in_home = module == MLFLOW_HOME or module.startswith(f"{MLFLOW_HOME}.")
-    return in_home and module not in MLFLOW_FREE
+    if in_package(module, SHIPPED):
+        return True
+    return in_package(module, MLFLOW_HOME) and module not in MLFLOW_FREE
 
 
 @pytest.mark.parametrize(
@@ -262,6 +272,9 @@ def test_the_mlflow_home_is_drawn_tight():
     assert not may_import_mlflow("training.tracking.gate")
     assert not may_import_mlflow("training.trackingx")
     assert not may_import_mlflow("training.data")
+    assert may_import_mlflow("training.model.trainflow_pyfunc.model")
+    assert not may_import_mlflow("training.model.networks")
+    assert not may_import_mlflow("training.model.trainflow_pyfunc_extra")
 
 
 @pytest.mark.parametrize("module", sorted(MLFLOW_FREE))

@@ -13,8 +13,8 @@ import textwrap
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
+from model_states import raw_rows, trainflow_state
 
 from training.config import MlflowConfig, PipelineConfig
 
@@ -155,13 +155,11 @@ def test_promote_step_rerun_after_a_crash_registers_no_duplicate(store, tmp_path
     tracker = configure(_config(store, name))
     parent = tracker.start_parent_run("rerun")
     run = tracker.start_child_run(parent, "train", "train")
-    model = torch.nn.Linear(4, 3)
     state = tmp_path / "state.pt"
-    torch.save({"model": model.state_dict()}, state)
-    example = np.zeros((3, 4), dtype="float32")
+    torch.save(trainflow_state(), state)
 
     def step():
-        info = registry.log_and_register_model(tracker, run, model, example, str(state), "m")
+        info = registry.log_and_register_model(tracker, run, str(state), raw_rows(3), "m")
         return info, registry.promote(tracker, info["version"], 0.9)
 
     register = mlflow.register_model

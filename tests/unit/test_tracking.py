@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from model_states import raw_rows, trainflow_state
 
 from training.config import GateConfig, MlflowConfig, PipelineConfig
 from training.errors import ModelNotFoundError, ServiceUnreachableError
@@ -47,18 +48,16 @@ def registered(tracker, home):
 
     from training.tracking.store import configure
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    state = trainflow_state()
     state_path = home / "state.pt"
-    torch.save({"model": model.state_dict(), "classes": [0, 1, 2]}, state_path)
+    torch.save(state, state_path)
     own = configure(make_config(registered_model="unit-registered"))
     parent = own.start_parent_run("register", {})
     run = own.start_child_run(parent, "promote", "promote")
-    example = np.random.default_rng(0).normal(size=(5, 4))  # float64: cast to the model's dtype
     info = log_and_register_model(
-        own, run, model, example, str(state_path), "unit test model", {"data.fingerprint": "abc"}
+        own, run, str(state_path), raw_rows(), "unit test model", {"data.fingerprint": "abc"}
     )
-    return {"tracker": own, "info": info, "run": run, "model": model, "parent": parent}
+    return {"tracker": own, "info": info, "run": run, "state": state, "parent": parent}
 
 
 def statuses(tracker, run_ids):
@@ -399,7 +398,7 @@ def test_log_and_register_model(registered):
     assert info["version"] == "1"
     assert info["model_uri"] == "models:/unit-registered/1"
     assert info["source_run_id"] == registered["run"]
-    assert info["state_file"] == "extra_files/state.pt"
+    assert info["state_file"] == "artifacts/state.pt"
     version = tracker.client.get_model_version("unit-registered", "1")
     assert version.description == "unit test model"
     assert version.tags["data.fingerprint"] == "abc"
@@ -411,8 +410,8 @@ def test_log_and_register_model(registered):
         path = model_files(tracker, uri)
         assert path.name == "state.pt"
         state = torch.load(path, weights_only=True)
-        assert state["classes"] == [0, 1, 2]
-        expected = registered["model"].state_dict()
+        assert state["spec"]["classes"] == ["setosa", "versicolor", "virginica"]
+        expected = registered["state"]["model"]
         assert all(torch.equal(state["model"][k], expected[k]) for k in expected)
     # MLflow exports the URIs it is given; processes started later must not inherit our store.
     assert "MLFLOW_REGISTRY_URI" not in os.environ
@@ -422,13 +421,7 @@ def test_log_and_register_model(registered):
 def test_register_again_from_same_run_reuses_version(registered, home):
     tracker, info = registered["tracker"], registered["info"]
     again = log_and_register_model(
-        tracker,
-        registered["run"],
-        registered["model"],
-        np.zeros((3, 4)),
-        str(home / "state.pt"),
-        "x",
-        {},
+        tracker, registered["run"], str(home / "state.pt"), raw_rows(3), "x", {}
     )
     assert again == info
     versions = tracker.client.search_model_versions("name = 'unit-registered'")
@@ -436,19 +429,30 @@ def test_register_again_from_same_run_reuses_version(registered, home):
 
 
 def test_registered_model_predicts_any_batch(registered):
+    """The registered pyfunc: raw columns in, the network's softmax of the normalised features
+    and the label string out."""
     import mlflow.pyfunc
     import torch
 
+    from training.config import ModelConfig
+    from training.model.networks import build_model
     from training.tracking.store import global_uris
 
     # models:/ URIs resolve through the process-wide registry URI: name the store explicitly,
     # or the test depends on which test last set it.
     with global_uris(registered["tracker"].tracking_uri):
         model = mlflow.pyfunc.load_model(registered["info"]["model_uri"])
-    batch = np.random.default_rng(1).normal(size=(7, 4)).astype("float32")
+    batch = raw_rows(7, seed=1)
+    state = registered["state"]
+    net = build_model(ModelConfig(**state["model_config"]), [4], 3)
+    net.load_state_dict(state["model"])
+    spec = state["spec"]
+    x = ((batch.to_numpy() - spec["mean"]) / spec["std"]).astype("float32")
     with torch.no_grad():
-        expected = registered["model"](torch.from_numpy(batch)).numpy()
-    np.testing.assert_allclose(model.predict(batch), expected, rtol=1e-5, atol=1e-6)
+        expected = torch.softmax(net.eval()(torch.from_numpy(x)), dim=1).numpy()
+    out = model.predict(batch)
+    np.testing.assert_allclose(out[spec["classes"]].to_numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert out["prediction"].tolist() == [spec["classes"][i] for i in expected.argmax(axis=1)]
 
 
 def test_model_files_missing(registered):

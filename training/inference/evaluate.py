@@ -1,15 +1,23 @@
-"""The metrics of a held-out split: Ray Data batch inference over a checkpoint's model."""
+"""The metrics of a held-out split, scored by the pyfunc model on the split's raw rows.
+
+The split's raw rows are found again by the same seeded row hash preprocessing assigned them
+with, so the model sees the table exactly as a user would send it (column names, dtypes) and
+the score is the one any MLflow client would get.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import tempfile
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from training.errors import DataValidationError
-from training.inference.predictor import PREDICTION, BatchPredictor, single_actor
-from training.manifest import LABEL, FeatureSpec, Manifest
+from training.inference.predictor import TRUE_LABEL, PyfuncPredictor, our_errors, single_actor
+from training.manifest import FeatureSpec, Manifest
+from training.tracking import pyfunc
 
 
 @dataclass
@@ -25,33 +33,116 @@ class EvalResult:
         return asdict(self)
 
 
-def evaluate_state(
-    state: dict[str, Any], manifest: Manifest, split: str = "test", endpoint_url: str | None = None
-) -> EvalResult:
-    """Score one split with Ray Data batch inference; metrics from the confusion matrix."""
-    from training.data.read import read_split
+@dataclass
+class Scored:
+    """A split's true labels, predicted labels and class probabilities (for MLflow's evaluator)."""
 
-    spec = FeatureSpec.from_dict(state["spec"])
-    if spec.classes != manifest.spec.classes:
+    labels: np.ndarray
+    predictions: np.ndarray
+    probs: np.ndarray
+    classes: list[Any] = field(default_factory=list)
+
+
+def _rows_of_split(batch: pd.DataFrame, spec: dict, split_config: dict, split: str):
+    from training.config import SplitConfig
+    from training.data.rows import assign_splits, row_hashes
+
+    cfg = SplitConfig(**split_config)
+    hashes = row_hashes(
+        batch,
+        label_column=spec["label_column"],
+        feature_columns=spec["feature_columns"],
+        image_column=spec["image_column"],
+        seed=cfg.seed,
+    )
+    return batch[assign_splits(hashes, cfg) == split].reset_index(drop=True)
+
+
+def raw_split(manifest: Manifest, split: str, endpoint_url: str | None = None):
+    """The raw rows of one split (the input's own columns), read as preprocessing read them."""
+    from training.config import DataConfig
+    from training.data.inputs import input_format
+    from training.data.read import read_input
+    from training.data.schema import Plan
+
+    spec = manifest.spec
+    data = DataConfig(**manifest.preprocessing)
+    files = list(manifest.input_files)
+    plan = Plan(
+        input_format(data, files), spec.label_column, spec.feature_columns, spec.image_column
+    )
+    return read_input(files, plan, endpoint_url).map_batches(
+        _rows_of_split,
+        fn_kwargs={"spec": spec.to_dict(), "split_config": data.split.model_dump(), "split": split},
+        batch_format="pandas",
+        batch_size=4096,
+    )
+
+
+def raw_rows(manifest: Manifest, split: str, rows: int, endpoint_url: str | None = None):
+    """A few raw rows of a split (the model's input example and signature types)."""
+    return raw_split(manifest, split, endpoint_url).limit(rows).to_pandas()
+
+
+def evaluate_model(
+    files: dict[str, bytes],
+    classes: list[Any],
+    manifest: Manifest,
+    split: str = "test",
+    endpoint_url: str | None = None,
+) -> tuple[EvalResult, Scored]:
+    """Score a split's raw rows with a packed MLflow model (Ray Data, one actor)."""
+    if list(classes) != list(manifest.spec.classes):
         raise DataValidationError(
-            f"the model knows classes {spec.classes} but the data has {manifest.spec.classes}; "
+            f"the model knows classes {classes} but the data has {manifest.spec.classes}; "
             "evaluate on data with the same label column and classes"
         )
-    scored = read_split(manifest, split, endpoint_url).map_batches(
-        BatchPredictor,
-        fn_constructor_kwargs={"state": state, "data_spec": manifest.spec.to_dict()},
+    scored = raw_split(manifest, split, endpoint_url).map_batches(
+        PyfuncPredictor,
+        fn_constructor_kwargs={"files": files, "label_column": manifest.spec.label_column},
         batch_size=512,
-        batch_format="numpy",
+        batch_format="pandas",
         compute=single_actor(),
     )
-    n = spec.num_classes
+    names = pyfunc.class_columns(list(classes))
+    index = pd.Index(list(classes))
+    labels, predictions, probs = [], [], []
+    with our_errors():
+        for batch in scored.iter_batches(batch_size=4096, batch_format="pandas"):
+            labels.append(batch[TRUE_LABEL].to_numpy())
+            predictions.append(batch[pyfunc.PREDICTION].to_numpy())
+            probs.append(batch[names].to_numpy(dtype=np.float64))
+    if not labels:
+        raise DataValidationError(f"the {split} split is empty; use more data or a larger split")
+    out = Scored(np.concatenate(labels), np.concatenate(predictions), np.vstack(probs), classes)
+    true_codes, pred_codes = index.get_indexer(out.labels), index.get_indexer(out.predictions)
+    if (true_codes < 0).any():
+        unknown = sorted({str(v) for v in out.labels[true_codes < 0]})
+        raise DataValidationError(
+            f"label column {manifest.spec.label_column!r} holds values the model does not know "
+            f"({unknown[:5]}); known classes: {list(classes)[:20]}"
+        )
+    n = len(classes)
     confusion = np.zeros((n, n), dtype=np.int64)
-    loss_sum = 0.0
-    # Stream the scored rows: only the n x n matrix and a sum stay in memory.
-    for batch in scored.iter_batches(batch_size=4096, batch_format="numpy"):
-        np.add.at(confusion, (batch[LABEL].astype(np.int64), batch[PREDICTION]), 1)
-        loss_sum += float(batch["loss"].sum())
-    return metrics_from_confusion(confusion, loss_sum, [str(c) for c in spec.classes])
+    np.add.at(confusion, (true_codes, pred_codes), 1)
+    p_true = out.probs[np.arange(len(true_codes)), true_codes]
+    loss_sum = float(-np.log(np.clip(p_true, 1e-12, None)).sum())
+    return metrics_from_confusion(confusion, loss_sum, names), out
+
+
+def evaluate_state(
+    state: dict[str, Any],
+    manifest: Manifest,
+    split: str = "test",
+    endpoint_url: str | None = None,
+    raw_example: pd.DataFrame | None = None,
+) -> tuple[EvalResult, Scored]:
+    """Evaluate a checkpoint's state through the pyfunc model it becomes when registered."""
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = pyfunc.save(state, f"{tmp}/model", raw_example)
+        files = pyfunc.pack(model_dir)
+    classes = FeatureSpec.from_dict(state["spec"]).classes
+    return evaluate_model(files, classes, manifest, split, endpoint_url)
 
 
 def metrics_from_confusion(

@@ -1,31 +1,32 @@
-"""Predictions for raw rows: the inputs with the predicted label and its confidence appended."""
+"""Predictions for raw rows: the inputs with the model's output appended (the predicted label,
+one probability per class, and the confidence), streamed through the pyfunc model."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from training.errors import DataValidationError
-from training.inference.predictor import BatchPredictor, single_actor
+from training.inference.predictor import PyfuncPredictor, our_errors, single_actor
 from training.storage import atomic_path
+
+BATCH_ROWS = 1024
 
 
 def predict_files(
-    state: dict[str, Any], files: list[str], output: str, fmt: str = "parquet"
+    files_of_model: dict[str, bytes], files: list[str], output: str, fmt: str = "parquet"
 ) -> int:
-    """Score raw rows (same columns as training); write inputs + prediction, whole or nothing."""
+    """Score raw rows with a packed MLflow model; write inputs + outputs, whole or nothing."""
     import pyarrow.parquet as pq
 
     from training.data.read import read_raw
 
     scored = read_raw(files, fmt).map_batches(
-        BatchPredictor,
-        fn_constructor_kwargs={"state": state, "raw_input": True},
-        batch_size=1024,
+        PyfuncPredictor,
+        fn_constructor_kwargs={"files": files_of_model},
+        batch_size=BATCH_ROWS,
         batch_format="pandas",
         compute=single_actor(),
     )
     rows = 0
-    with atomic_path(output) as tmp:
+    with our_errors(), atomic_path(output) as tmp:
         writer = None
         try:
             for table in scored.iter_batches(batch_size=4096, batch_format="pyarrow"):

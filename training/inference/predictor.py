@@ -1,87 +1,106 @@
-"""The Ray Data batch predictor: one model per actor, batches in, predictions out."""
+"""The Ray Data batch predictor: the registered pyfunc model, loaded once per actor.
+
+Every scoring path (``trainflow predict``, ``trainflow evaluate``, the pipeline's evaluate stage)
+goes through :class:`PyfuncPredictor`: the MLflow model's files travel to the actor (any node),
+which loads them with ``mlflow.pyfunc.load_model`` — the same code, schema check included, that
+an MLflow client or ``mlflow models serve`` runs.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
 
-import numpy as np
+import pandas as pd
 import torch
 
-from training.manifest import FEATURES, LABEL, FeatureSpec
-from training.model.serving import model_from_state
+from training import errors
+from training.errors import TrainflowError
+from training.tracking import pyfunc
 
-PREDICTION = "prediction"
+#: The column of an evaluation batch holding the true label (the user's label column's values).
+TRUE_LABEL = "__trainflow_true_label__"
 CONFIDENCE = "confidence"
 
 
-def feature_matrix(column) -> np.ndarray:
-    """A features column as float32 [n, d]: parquet list columns arrive as arrays of arrays."""
-    column = np.asarray(column)
-    if column.dtype == object:
-        column = np.stack(column)
-    return column.astype(np.float32, copy=False)
+def _ours(exc: BaseException | None) -> TrainflowError | None:
+    """The TrainflowError a Ray Data failure wraps (task error -> UDF error -> our error)."""
+    queue, seen = [exc], set()
+    while queue:
+        current = queue.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, TrainflowError) and type(current).__module__.startswith("training"):
+            return current
+        # RayTaskError keeps the worker's exception as ``cause``; UDF errors chain theirs.
+        queue += [getattr(current, "cause", None), current.__cause__, current.__context__]
+    # An actor's UDF error reaches the driver as text only (Ray Data's UserCodeException keeps
+    # the worker's traceback, not the exception): rebuild ours from its last line.
+    found = re.findall(r"training\.errors\.(\w+): ([^\n]+)", str(exc))
+    if found:
+        name, message = found[-1]
+        kind = getattr(errors, name, None)
+        if isinstance(kind, type) and issubclass(kind, TrainflowError):
+            return kind(message)
+    return None
+
+
+@contextlib.contextmanager
+def our_errors() -> Iterator[None]:
+    """Re-raise the TrainflowError (one message, naming the column) behind a Ray Data error."""
+    try:
+        yield
+    except Exception as exc:
+        found = _ours(exc)
+        if found is None or found is exc:
+            raise
+        raise found from None
 
 
 def single_actor():
     """The compute strategy of every prediction: one actor."""
     import ray.data
 
-    # One model replica: the split is small next to the cost of another actor on 2 cores.
+    # One model replica: the data is small next to the cost of another actor on 2 cores.
     return ray.data.ActorPoolStrategy(size=1)
 
 
-class BatchPredictor:
-    """A Ray Data actor: builds the model once, then scores batches.
+def joined(inputs: pd.DataFrame, scored: pd.DataFrame) -> pd.DataFrame:
+    """The input columns, then the model's (a name taken by an input gets ``_model``)."""
+    out = inputs.reset_index(drop=True)
+    for name in scored.columns:
+        out[name if name not in out.columns else f"{name}_model"] = scored[name].to_numpy()
+    return out
 
-    Processed batches (numpy: features, label) get predictions and per-row loss; raw batches
-    (pandas, the training table's columns) are transformed with the model's own feature spec and
-    returned whole with the predicted label and its confidence appended.
+
+class PyfuncPredictor:
+    """A Ray Data actor: loads the packed MLflow model once, then scores pandas batches.
+
+    With ``label_column`` (evaluation) a batch comes back as the model's output plus the true
+    label; otherwise (prediction) as the input columns plus the model's output and confidence.
     """
 
-    def __init__(
-        self, state: dict[str, Any], raw_input: bool = False, data_spec: dict | None = None
-    ):
+    def __init__(self, files: dict[str, bytes], label_column: str | None = None):
         torch.set_num_threads(1)
-        self.model, self.spec = model_from_state(state)
-        self.raw_input = raw_input
-        self.rescale = (
-            _rescaling(FeatureSpec.from_dict(data_spec), self.spec) if data_spec else None
-        )
+        self._dir = tempfile.mkdtemp(prefix="trainflow-model-")
+        self.model = pyfunc.load_packed(files, self._dir)
+        self.classes = [c.name for c in self.model.metadata.get_output_schema().inputs][1:]
+        self.label_column = label_column
 
-    @torch.no_grad()
-    def _score(self, features: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self.model(torch.as_tensor(np.asarray(features, dtype=np.float32)))
-        return logits, torch.softmax(logits, dim=1)
+    def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
+        if len(batch) == 0:  # an empty block; a table with no rows at all is refused elsewhere
+            scored = pd.DataFrame({c: [] for c in [pyfunc.PREDICTION, *self.classes]})
+        else:
+            scored = pyfunc.predict(self.model, batch)
+        if self.label_column is not None:
+            scored[TRUE_LABEL] = batch[self.label_column].to_numpy()
+            return scored
+        scored[CONFIDENCE] = scored[self.classes].max(axis=1)
+        return joined(batch, scored)
 
-    def __call__(self, batch):
-        if self.raw_input:
-            from training.data.rows import transform_batch
-
-            features = transform_batch(batch, self.spec, with_labels=False)[FEATURES]
-            _, probs = self._score(features)
-            classes = np.asarray(self.spec.classes, dtype=object)
-            out = batch.copy()
-            out[PREDICTION] = classes[probs.argmax(dim=1).numpy()]
-            out[CONFIDENCE] = probs.max(dim=1).values.numpy()
-            return out
-        features = feature_matrix(batch[FEATURES])
-        if self.rescale is not None:
-            scale, shift = self.rescale
-            features = features * scale + shift
-        logits, probs = self._score(features)
-        labels = torch.tensor(batch[LABEL], dtype=torch.int64)
-        loss = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
-        return {PREDICTION: probs.argmax(dim=1).numpy(), LABEL: batch[LABEL], "loss": loss.numpy()}
-
-
-def _rescaling(data_spec: FeatureSpec, model_spec: FeatureSpec):
-    """Map features normalised with the data's statistics onto the model's, if they differ."""
-    data_mean, data_std = np.asarray(data_spec.mean), np.asarray(data_spec.std)
-    model_mean, model_std = np.asarray(model_spec.mean), np.asarray(model_spec.std)
-    if np.allclose(data_mean, model_mean) and np.allclose(data_std, model_std):
-        return None
-    model_std = np.where(model_std > 0, model_std, 1.0)
-    data_std = np.where(data_std > 0, data_std, 1.0)
-    scale = (data_std / model_std).astype(np.float32)
-    shift = ((data_mean - model_mean) / model_std).astype(np.float32)
-    return scale, shift
+    def __del__(self):
+        shutil.rmtree(getattr(self, "_dir", ""), ignore_errors=True)

@@ -1,64 +1,61 @@
-"""Models in the registry: logged with their weights file, registered as versions, described,
-found again by URI, and promoted (the champion alias moved as the gate decides).
+"""Models in the registry: logged as pyfunc models (training.tracking.pyfunc), registered as
+versions, described, found again by URI, and promoted (the champion alias moved as the gate
+decides).
 
 Registered versions carry the gate's decision as ``gate.*`` tags and two aliases:
-``challenger`` (the latest candidate) and ``champion`` (the model in use). The model's weights
-file (our own ``state_path``, read back with ``torch.load(weights_only=True)``) is stored inside
-the MLflow model as ``<model artifacts>/extra_files/<file name>``; :func:`model_files` returns
-its local path for any ``models:/`` or ``runs:/`` URI.
+``challenger`` (the latest candidate) and ``champion`` (the model in use). The model's state
+file (weights, feature spec, label map; read back with ``torch.load(weights_only=True)``) is the
+pyfunc's one artifact, ``<model>/artifacts/state.pt``; :func:`model_files` returns its local
+path for any ``models:/`` or ``runs:/`` URI, :func:`download_model` the model's directory.
 """
 
 from __future__ import annotations
 
-import copy
-import importlib.metadata
 import logging
-import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from training.errors import ModelNotFoundError, one_line
 from training.secrets import redact
-from training.tracking import gate, ui
+from training.tracking import gate, pyfunc, ui
 from training.tracking.lock import registry_lock
 from training.tracking.runs import Tracker, filter_literal, tag_values
 from training.tracking.store import global_uris
 
 if TYPE_CHECKING:
-    import numpy as np
-    import torch
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"
-STATE_DIR_IN_MODEL = "extra_files"  # where mlflow puts extra_files inside the model artifacts
 
 
 def log_and_register_model(
     tracker: Tracker,
     run_id: str,
-    model: torch.nn.Module,
-    input_example: np.ndarray,
     state_path: str,
+    raw_rows: pd.DataFrame | None,
     description: str,
     tags: dict[str, Any] | None = None,
     reuse_existing: bool = True,
 ) -> dict[str, str]:
-    """Log ``model`` as an MLflow model under ``run_id`` and register a new version.
+    """Log the trainflow state at ``state_path`` as a pyfunc model under ``run_id`` and register
+    a new version (:mod:`training.tracking.pyfunc`: raw table in, labels and probabilities out).
 
-    ``input_example`` needs a batch of more than one row (torch.export makes a batch dimension
-    of size 1 static). ``state_path`` (our checkpoint file) is stored in the model as
-    ``extra_files/<file name>``; :func:`model_files` finds it again.
+    ``raw_rows`` (a few rows of the user's table) give the signature its column types and the
+    model its input example. The state file is stored as ``artifacts/state.pt``;
+    :func:`model_files` finds it again.
 
     With ``reuse_existing`` a version already registered from ``run_id`` (a retried task) is
     returned instead of registering a duplicate.
     """
     import mlflow
-    import mlflow.pytorch
+    import mlflow.pyfunc
+    import torch
 
     name = tracker.config.mlflow.registered_model
-    state_file = f"{STATE_DIR_IN_MODEL}/{os.path.basename(state_path)}"
     existing = version_of_run(tracker, name, run_id) if reuse_existing else None
     if existing is not None:
         log.info(
@@ -66,21 +63,17 @@ def log_and_register_model(
         )
         version, logged_uri = str(existing.version), existing.source
     else:
-        model = copy.deepcopy(model).cpu().eval()
-        example, signature = _example_and_signature(model, input_example)
+        spec = torch.load(state_path, map_location="cpu", weights_only=True)["spec"]
         was_running = tracker.client.get_run(run_id).info.status == "RUNNING"
         try:
             # The fluent API reads the process-wide URIs.
-            with global_uris(tracker.tracking_uri), mlflow.start_run(run_id=run_id):
-                info = mlflow.pytorch.log_model(
-                    model,
-                    name="model",
-                    signature=signature,
-                    input_example=example,
-                    extra_files=[str(state_path)],
-                    # Given, not inferred: inference loads the model in a subprocess (~5 s) and
-                    # lists every package the process happens to import.
-                    pip_requirements=_model_requirements(),
+            with (
+                tempfile.TemporaryDirectory() as tmp,
+                global_uris(tracker.tracking_uri),
+                mlflow.start_run(run_id=run_id),
+            ):
+                info = mlflow.pyfunc.log_model(
+                    name="model", **pyfunc.model_kwargs(state_path, spec, raw_rows, tmp)
                 )
         finally:
             if was_running:  # leaving the `with` ended the run; ending it is the caller's job
@@ -97,39 +90,8 @@ def log_and_register_model(
         "model_uri": f"models:/{name}/{version}",
         "logged_model_uri": logged_uri,
         "source_run_id": run_id,
-        "state_file": state_file,
+        "state_file": pyfunc.STATE_FILE_IN_MODEL,
     }
-
-
-def _example_and_signature(model: torch.nn.Module, input_example: np.ndarray) -> tuple:
-    """The input example in the model's float dtype, and the signature of its output."""
-    import numpy as np
-    import torch
-    from mlflow.models import infer_signature
-
-    param = next(model.parameters(), None)
-    example = np.asarray(input_example)
-    if (
-        param is not None
-        and param.is_floating_point()
-        and np.issubdtype(example.dtype, np.floating)
-    ):
-        example = example.astype(torch.empty((), dtype=param.dtype).numpy().dtype)
-    with torch.no_grad():
-        output = model(torch.from_numpy(example)).numpy()
-    return example, infer_signature(example, output)
-
-
-def _model_requirements() -> list[str]:
-    """What loading the model (torch.export's pt2 format through mlflow.pyfunc) needs."""
-    requirements = []
-    for package in ("mlflow", "torch", "numpy"):
-        try:
-            version = importlib.metadata.version(package).split("+")[0]  # drop "+cpu"
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        requirements.append(f"{package}=={version}")
-    return requirements
 
 
 def version_of_run(tracker: Tracker, name: str, run_id: str):
@@ -155,12 +117,11 @@ def describe_model(tracker: Tracker, description: str, version: str | None = Non
         tracker.client.update_model_version(name, str(version), description=description)
 
 
-def model_files(tracker: Tracker, model_uri: str, dst_path: str | None = None) -> Path:
-    """The local path of our state file inside the model at ``model_uri``
-    (``models:/name@alias``, ``models:/name/version``, ``models:/m-...`` or ``runs:/...``)."""
+def download_model(tracker: Tracker, model_uri: str, dst_path: str | None = None) -> Path:
+    """The local directory of the MLflow model at ``model_uri`` (``models:/name@alias``,
+    ``models:/name/version``, ``models:/m-...`` or ``runs:/...``)."""
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
-    from mlflow.models import Model
 
     uri = tracker.tracking_uri
     # models:/ URIs resolve through the process-wide registry URI, whatever is passed below.
@@ -169,7 +130,6 @@ def model_files(tracker: Tracker, model_uri: str, dst_path: str | None = None) -
             local = mlflow.artifacts.download_artifacts(
                 artifact_uri=model_uri, dst_path=dst_path, tracking_uri=uri, registry_uri=uri
             )
-        flavor = Model.load(local).flavors.get("pytorch", {})
     except (MlflowException, OSError) as exc:
         reason = one_line(redact(str(exc))) or type(exc).__name__
         raise ModelNotFoundError(
@@ -177,13 +137,26 @@ def model_files(tracker: Tracker, model_uri: str, dst_path: str | None = None) -
             f"see the registered models in the MLflow UI (`{ui.command(tracker)}`) or use "
             f"models:/{tracker.config.mlflow.registered_model}@{CHAMPION}"
         ) from None
-    extra = [entry["path"] for entry in flavor.get("extra_files", [])]
-    if not extra:
+    return Path(local)
+
+
+def model_files(tracker: Tracker, model_uri: str, dst_path: str | None = None) -> Path:
+    """The local path of our state file inside the model at ``model_uri``."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.models import Model
+
+    local = download_model(tracker, model_uri, dst_path)
+    try:
+        flavor = Model.load(local).flavors.get("python_function", {})
+    except (MlflowException, OSError):
+        flavor = {}
+    state = flavor.get("artifacts", {}).get(pyfunc.STATE_ARTIFACT, {}).get("path")
+    if not state or not (local / state).is_file():
         raise ModelNotFoundError(
-            f"model {model_uri!r} has no trainflow state file (extra_files); it was not logged "
-            "by trainflow — pass a model registered by `trainflow run`"
+            f"model {model_uri!r} has no trainflow state file ({pyfunc.STATE_FILE_IN_MODEL}); "
+            "it was not logged by trainflow — pass a model registered by `trainflow run`"
         )
-    return Path(local) / extra[0]
+    return local / state
 
 
 def promote(tracker: Tracker, version: str, challenger_value: float) -> dict[str, Any]:

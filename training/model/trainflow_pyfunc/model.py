@@ -1,0 +1,138 @@
+"""The registered model: raw table in, predicted label and one probability per class out.
+
+An MLflow pyfunc (``mlflow.pyfunc.PythonModel``) logged as code: ``load_context`` reads the
+state file (weights, feature spec, label map, train-split statistics) with
+``torch.load(weights_only=True)`` — tensors and plain data only, no pickled objects — and
+``predict`` applies the preprocessing frozen at training time: the feature columns in their
+training order (or the image column's arrays), minus the train mean, over the train std.
+
+MLflow's signature check runs first (columns present, dtypes convertible, extra columns
+dropped); the checks here catch what a signature cannot: no rows, NaN or infinite values, an
+image array of the wrong size. Each raises an ``MlflowException`` naming the column, which
+``mlflow models serve`` returns as HTTP 400.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+import pandas as pd
+import torch
+from mlflow.exceptions import MlflowException
+
+from .networks import build_network
+
+#: The output column holding the predicted label; every other output column is a class.
+PREDICTION = "prediction"
+#: The name of the state file among the model's artifacts.
+STATE_ARTIFACT = "state"
+
+
+def bad_input(message: str) -> MlflowException:
+    """A user error: HTTP 400 from the scoring server, with this message in its body."""
+    return MlflowException.invalid_parameter_value(message)
+
+
+def input_columns(spec: dict[str, Any]) -> list[str]:
+    """The raw columns the model reads, in order."""
+    return [spec["image_column"]] if spec.get("image_column") else list(spec["feature_columns"])
+
+
+def labels_array(classes: list[Any]) -> np.ndarray:
+    """The classes as an array of their own type: ints stay ints, strings stay strings."""
+    if all(isinstance(c, str) for c in classes):
+        return np.asarray(classes, dtype=object)
+    if all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in classes):
+        return np.asarray(classes, dtype=np.int64)
+    if all(isinstance(c, (int, float, np.number)) for c in classes):
+        return np.asarray(classes, dtype=np.float64)
+    return np.asarray(classes, dtype=object)
+
+
+def _image_matrix(values: pd.Series, column: str, width: int) -> np.ndarray:
+    cells = values.to_numpy()
+    if cells.dtype != object and cells.ndim >= 2:  # a tensor column
+        return cells.reshape(len(cells), -1).astype(np.float64)
+    rows = []
+    for i, cell in enumerate(cells):
+        if cell is None or (np.ndim(cell) == 0 and pd.isna(cell)):
+            raise bad_input(f"column {column!r} is empty in row {i}; every row needs an array")
+        rows.append(np.asarray(cell, dtype=np.float64).ravel())
+    lengths = sorted({len(r) for r in rows})
+    if lengths != [width]:
+        raise bad_input(
+            f"column {column!r} holds arrays of {lengths[:5]} values; the model expects {width}"
+        )
+    return np.stack(rows)
+
+
+def raw_features(frame: pd.DataFrame, spec: dict[str, Any]) -> np.ndarray:
+    """The feature matrix (float64 [rows, width]) of a raw table, before normalisation."""
+    columns = input_columns(spec)
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise bad_input(f"the input lacks column(s) {missing[:10]}; the model reads {columns[:10]}")
+    if len(frame) == 0:
+        raise bad_input("the input table has no rows; send at least one row")
+    width = int(np.prod(spec["input_shape"]))
+    if spec.get("image_column"):
+        raw = _image_matrix(frame[columns[0]], columns[0], width)
+        per_column = {columns[0]: ~np.isfinite(raw).all(axis=1)}
+    else:
+        try:
+            raw = frame[columns].to_numpy(dtype=np.float64, na_value=np.nan)
+        except (TypeError, ValueError):
+            bad = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
+            raise bad_input(f"column(s) {bad[:10]} are not numeric") from None
+        finite = np.isfinite(raw)
+        per_column = {c: ~finite[:, i] for i, c in enumerate(columns)}
+    bad = {c: int(mask.sum()) for c, mask in per_column.items() if mask.any()}
+    if bad:
+        detail = ", ".join(f"{c!r}: {n} rows" for c, n in list(bad.items())[:10])
+        raise bad_input(
+            f"NaN or infinite values in column(s) {list(bad)[:10]} ({detail}); drop or fill "
+            "those rows"
+        )
+    return raw
+
+
+class TrainflowClassifier(mlflow.pyfunc.PythonModel):
+    """A trainflow classifier as an MLflow pyfunc."""
+
+    def load_context(self, context) -> None:
+        path = context.artifacts[STATE_ARTIFACT]
+        self.load_state(torch.load(path, map_location="cpu", weights_only=True))
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Build the network from a state dict (also used without MLflow's loader)."""
+        spec = state["spec"]
+        network = build_network(state["model_config"], spec["input_shape"], len(spec["classes"]))
+        network.load_state_dict(state["model"])
+        self.network = network.eval()
+        self.spec = spec
+        self.mean = np.asarray(spec["mean"], dtype=np.float64)
+        std = np.asarray(spec["std"], dtype=np.float64)
+        self.std = np.where(std > 0, std, 1.0)
+        self.classes = labels_array(list(spec["classes"]))
+
+    def probabilities(self, frame: pd.DataFrame) -> np.ndarray:
+        """Class probabilities (float64 [rows, classes]) of a raw table."""
+        features = ((raw_features(frame, self.spec) - self.mean) / self.std).astype(np.float32)
+        with torch.no_grad():
+            logits = self.network(torch.from_numpy(features))
+            return torch.softmax(logits, dim=1).numpy().astype(np.float64)
+
+    def predict(self, context, model_input, params=None) -> pd.DataFrame:
+        frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        probs = self.probabilities(frame)
+        out = {PREDICTION: self.classes[probs.argmax(axis=1)]}
+        for i, name in enumerate(class_columns(list(self.spec["classes"]))):
+            out[name] = probs[:, i]
+        return pd.DataFrame(out)
+
+
+def class_columns(classes: list[Any]) -> list[str]:
+    """One output column per class, named after it."""
+    return [str(c) for c in classes]

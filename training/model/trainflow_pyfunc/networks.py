@@ -1,0 +1,85 @@
+"""The networks, nothing else: an MLP for feature vectors and a small CNN for images.
+
+Torch only: trainflow trains these classes and the registered model rebuilds them from the same
+file, so a checkpoint's ``state_dict`` keys always match.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    """Dense blocks (Linear, ReLU, Dropout per hidden size), then a linear head."""
+
+    def __init__(
+        self, num_features: int, num_classes: int, hidden_sizes: list[int], dropout: float
+    ):
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = num_features
+        for hidden in hidden_sizes:
+            layers += [nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(dropout)]
+            width = hidden
+        layers.append(nn.Linear(width, num_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.flatten(1))
+
+
+class CNN(nn.Module):
+    """Conv blocks (3x3 conv, ReLU, 2x2 max-pool while the image is large enough), then dense."""
+
+    def __init__(
+        self,
+        input_shape: list[int],
+        num_classes: int,
+        channels: list[int],
+        hidden: int,
+        dropout: float,
+    ):
+        super().__init__()
+        self.input_shape = tuple(input_shape)
+        in_ch, height, width = input_shape
+        blocks: list[nn.Module] = []
+        for out_ch in channels:
+            blocks += [nn.Conv2d(in_ch, out_ch, kernel_size=3, padding=1), nn.ReLU()]
+            if min(height, width) >= 4:
+                blocks.append(nn.MaxPool2d(2))
+                height, width = height // 2, width // 2
+            in_ch = out_ch
+        self.features = nn.Sequential(*blocks)
+        self.head = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(in_ch * height * width, hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x.reshape(-1, *self.input_shape)))
+
+
+def build_network(
+    model_config: Mapping[str, Any], input_shape: list[int], num_classes: int
+) -> nn.Module:
+    """The network of a model config (``ModelConfig`` as a plain dict, as checkpoints hold it)."""
+    dropout = float(model_config.get("dropout", 0.0))
+    if model_config.get("kind") == "cnn":
+        if len(input_shape) != 3:
+            raise ValueError(f"model.kind=cnn needs an image shape [C, H, W], got {input_shape}")
+        return CNN(
+            list(input_shape),
+            num_classes,
+            list(model_config["channels"]),
+            int(model_config["cnn_hidden"]),
+            dropout,
+        )
+    return MLP(math.prod(input_shape), num_classes, list(model_config["hidden_sizes"]), dropout)

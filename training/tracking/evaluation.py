@@ -1,0 +1,85 @@
+"""MLflow's own classifier evaluation of the pyfunc's predictions, beside trainflow's report.
+
+``mlflow.models.evaluate`` runs on the static predictions the pyfunc made for the split (one
+scoring pass, shared with trainflow's metrics): its standard metrics (accuracy, precision,
+recall, F1, ...), per-class metrics table and confusion matrix. MLflow computes ROC and PR
+curves only from a model with ``predict_proba`` (its sklearn-like flavours), so the pyfunc's
+probability columns are drawn with MLflow's own curve code as custom artifacts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from training.tracking.runs import Tracker
+from training.tracking.store import global_uris
+
+log = logging.getLogger(__name__)
+
+TARGET = "target"
+PREDICTED = "prediction"
+
+
+def _curves(labels: np.ndarray, probs: np.ndarray, classes: list[Any]):
+    """A custom-artifact function: MLflow's ROC and precision-recall curves of ``probs``."""
+
+    def roc_and_pr_curves(eval_df, builtin_metrics, artifacts_dir):
+        from matplotlib import pyplot
+        from mlflow.models.evaluation.evaluators.classifier import _gen_classifier_curve
+
+        out = {}
+        binary = len(classes) == 2
+        for kind, name in (("roc", "roc_curve_plot"), ("pr", "precision_recall_curve_plot")):
+            curve = _gen_classifier_curve(
+                is_binomial=binary,
+                y=labels,
+                y_probs=probs[:, 1] if binary else probs,
+                labels=np.asarray(classes),
+                pos_label=classes[1] if binary else None,
+                curve_type=kind,
+                sample_weights=None,
+            )
+            pyplot.clf()
+            curve.plot_fn(**curve.plot_fn_args)
+            path = os.path.join(artifacts_dir, f"{name}.png")
+            pyplot.savefig(path, bbox_inches="tight")
+            pyplot.close(pyplot.gcf())
+            out[name] = path
+        return out
+
+    return roc_and_pr_curves
+
+
+def evaluate_predictions(
+    tracker: Tracker,
+    run_id: str,
+    labels: np.ndarray,
+    predictions: np.ndarray,
+    probs: np.ndarray,
+    classes: list[Any],
+) -> dict[str, float]:
+    """``mlflow.models.evaluate`` (classifier) of a split's predictions, logged to ``run_id``."""
+    import mlflow
+    import pandas as pd
+
+    frame = pd.DataFrame({TARGET: labels, PREDICTED: predictions})
+    was_running = tracker.client.get_run(run_id).info.status == "RUNNING"
+    try:
+        with global_uris(tracker.tracking_uri), mlflow.start_run(run_id=run_id):
+            result = mlflow.models.evaluate(
+                data=frame,
+                targets=TARGET,
+                predictions=PREDICTED,
+                model_type="classifier",
+                evaluators="default",
+                evaluator_config={"label_list": list(classes), "log_explainer": False},
+                custom_artifacts=[_curves(labels, probs, list(classes))],
+            )
+    finally:
+        if was_running:  # leaving the `with` ended the run; ending it is the caller's job
+            tracker.client.update_run(run_id, status="RUNNING")
+    return {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
