@@ -17,7 +17,7 @@ from training.loop.checkpoint import load_state, save_state
 from training.loop.loop import loop_config, run_loop
 from training.manifest import FeatureSpec
 from training.model.networks import CNN, MLP, build_model
-from training.model.serving import NormalizedClassifier, model_from_state, serving_model
+from training.model.serving import model_from_state
 from training.overrides import load_config
 
 
@@ -39,14 +39,6 @@ def test_models_map_batches_to_logits(cfg, shape, expected_type):
 def test_cnn_needs_an_image_shape():
     with pytest.raises(ValueError, match="image shape"):
         build_model(ModelConfig(kind="cnn"), [64], 10)
-
-
-def test_normalized_classifier_applies_train_statistics():
-    inner = torch.nn.Identity()
-    model = NormalizedClassifier(inner, mean=[1.0, 2.0], std=[2.0, 0.0])
-    out = model(torch.tensor([[3.0, 5.0]]))
-    # (3-1)/2 = 1; std 0 is treated as 1, so (5-2)/1 = 3
-    assert out.tolist() == [[1.0, 3.0]]
 
 
 SPEC = FeatureSpec(
@@ -177,7 +169,7 @@ def test_checkpoint_round_trip_rebuilds_the_same_model(tmp_path):
     x = _toy_data()[0][:5]
     reference, _ = model_from_state(state)
     assert torch.equal(model(x), reference(x))
-    assert serving_model(loaded)(x).shape == (5, 3)
+    assert model(x).shape == (5, 3)
 
 
 class _Exploit:
