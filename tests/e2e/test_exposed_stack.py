@@ -33,7 +33,9 @@ def _status(
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        # Generous: MLflow's auth app hashes passwords with scrypt, and its first authorised
+        # request took over 10 s on 2 busy cores.
+        with urllib.request.urlopen(request, timeout=90) as response:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code

@@ -213,7 +213,9 @@ def test_registry_version_describes_itself(pipeline, client):
     version = client.get_model_version(MODEL, pipeline["model"]["version"])
     assert version.tags["pipeline_run"] == pipeline["mlflow"]["parent_run_id"]
     assert version.tags["gate.decision"] == pipeline["model"]["decision"]
-    assert f"gate: {pipeline['model']['decision']}" in version.description
+    # How it was chosen: the sweep's best trial, then the gate's decision on its test metric.
+    assert "chosen as the best of 4 ASHA trials" in version.description
+    assert f"gate on test_accuracy: {pipeline['model']['decision']}" in version.description
     assert "champion" in client.get_registered_model(MODEL).description
 
 
