@@ -208,6 +208,7 @@ def sequence(home):
     flow.proc.send_signal(signal.SIGTERM)
     facts["sigterm"] = _stop_facts(flow, home, flow.wait(timeout=120))
     facts["sigterm_out"] = flow.output()
+    facts["sigterm_log"] = flow.run_log()
 
     # 3. Resume; SIGINT (Ctrl-C) as soon as the training continued from that checkpoint.
     flow = FlowProcess(home, *ARGS, "--resume", RUN_ID)
@@ -269,9 +270,10 @@ def test_sigkill_mid_sweep_then_resume_restores_the_sweep(sequence):
     assert len(after) == NUM_SAMPLES, after
     assert set(before) <= set(after)
     assert all(after[trial] >= rows for trial, rows in before.items()), (before, after)
-    # Preprocessing came from the cache, not recomputed.
-    assert "reused cached output, nothing recomputed" in sequence["sigterm_out"]
-    assert "left RUNNING by a killed process marked KILLED" in sequence["sigterm_out"]
+    # Preprocessing came from the cache, not recomputed (the flow's log lines: the run log).
+    said = sequence["sigterm_out"] + sequence["sigterm_log"]
+    assert "reused cached output, nothing recomputed" in said
+    assert "left RUNNING by a killed process marked KILLED" in said
 
 
 def test_sigterm_stops_cleanly(sequence):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -33,17 +34,28 @@ def trainflow(home: Path, *args: str, timeout: int = 300, **env: str):
     return run_cli(home, *args, timeout=timeout, **env)
 
 
+def _json(request: urllib.request.Request | str):
+    """The JSON answer; a busy server's 503 is asked again (as Prefect's own client does)."""
+    for attempt in range(6):
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or attempt == 5:
+                raise
+            time.sleep(2 * (attempt + 1))
+
+
 def _get(url: str):
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
+    return _json(url)
 
 
 def _post(url: str, body: dict):
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    return _json(
+        urllib.request.Request(
+            url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
     )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
 
 
 def _pids_of_tree(pids: list[int]) -> list[int]:
