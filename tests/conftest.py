@@ -55,3 +55,24 @@ def ray_local():
     resources = connect(RayConfig(num_cpus=4))
     yield resources
     shutdown()
+
+
+# The preprocessed digits, once per module: shared by the integration and gpu tests.
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory):
+    """A storage root of the test module's own (runs of one module never meet another's)."""
+    from training.storage import StorageLayout
+
+    return StorageLayout(root=str(tmp_path_factory.mktemp("storage")))
+
+
+@pytest.fixture(scope="module")
+def manifest(ray_local, layout):
+    """The default data, preprocessed once per module into ``layout``."""
+    from training.data.inputs import fingerprint, resolve_inputs
+    from training.data.preprocess import preprocess
+    from training.overrides import load_config
+
+    config = load_config(None)
+    files = resolve_inputs(config.data)
+    return preprocess(config, layout, fingerprint(config.data, files), files)

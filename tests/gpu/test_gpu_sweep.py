@@ -13,8 +13,6 @@ import os
 import pytest
 import torch
 
-from training.data.inputs import fingerprint, resolve_inputs
-from training.data.preprocess import preprocess
 from training.overrides import load_config
 from training.storage import StorageLayout
 from training.tune.sweep import run_sweep
@@ -35,18 +33,6 @@ TINY = [
     "sweep.asha.grace_period=2",
     "sweep.search_space={train.lr: {loguniform: [1.0e-3, 1.0e-2]}}",
 ]
-
-
-@pytest.fixture(scope="module")
-def layout(tmp_path_factory) -> StorageLayout:
-    return StorageLayout(root=str(tmp_path_factory.mktemp("storage")))
-
-
-@pytest.fixture(scope="module")
-def manifest(ray_local, layout):
-    config = load_config(None)
-    files = resolve_inputs(config.data)
-    return preprocess(config, layout, fingerprint(config.data, files), files)
 
 
 def _checkpoint_devices(layout: StorageLayout, run_id: str) -> set[str]:
