@@ -58,11 +58,10 @@ def _rows_of_split(batch: pd.DataFrame, spec: dict, split_config: dict, split: s
     return batch[assign_splits(hashes, cfg) == split].reset_index(drop=True)
 
 
-def raw_split(manifest: Manifest, split: str, endpoint_url: str | None = None):
-    """The raw rows of one split (the input's own columns), read as preprocessing read them."""
+def _input_plan(manifest: Manifest):
+    """(data config, input files, read plan) as preprocessing had them."""
     from training.config import DataConfig
     from training.data.inputs import input_format
-    from training.data.read import read_input
     from training.data.schema import Plan
 
     spec = manifest.spec
@@ -71,6 +70,15 @@ def raw_split(manifest: Manifest, split: str, endpoint_url: str | None = None):
     plan = Plan(
         input_format(data, files), spec.label_column, spec.feature_columns, spec.image_column
     )
+    return data, files, plan
+
+
+def raw_split(manifest: Manifest, split: str, endpoint_url: str | None = None):
+    """The raw rows of one split (the input's own columns), read as preprocessing read them."""
+    from training.data.read import read_input
+
+    spec = manifest.spec
+    data, files, plan = _input_plan(manifest)
     return read_input(files, plan, endpoint_url).map_batches(
         _rows_of_split,
         fn_kwargs={"spec": spec.to_dict(), "split_config": data.split.model_dump(), "split": split},
@@ -80,8 +88,43 @@ def raw_split(manifest: Manifest, split: str, endpoint_url: str | None = None):
 
 
 def raw_rows(manifest: Manifest, split: str, rows: int, endpoint_url: str | None = None):
-    """A few raw rows of a split (the model's input example and signature types)."""
-    return raw_split(manifest, split, endpoint_url).limit(rows).to_pandas()
+    """A few raw rows of a split (the model's input example and signature types).
+
+    Read here with pyarrow, batch by batch, until enough rows of the split turned up: a Ray
+    Data pass for five rows cost seconds of task start-up per call on a small table.
+    """
+    spec = manifest.spec
+    data, files, plan = _input_plan(manifest)
+    found: list[pd.DataFrame] = []
+    for batch in _local_batches(files, plan, endpoint_url):
+        kept = _rows_of_split(batch, spec.to_dict(), data.split.model_dump(), split)
+        found.append(kept)
+        if sum(len(f) for f in found) >= rows:
+            break
+    if not found:
+        raise DataValidationError(f"the {split} split is empty; use more data or a larger split")
+    return pd.concat(found, ignore_index=True).head(rows)
+
+
+def _local_batches(files: list[str], plan, endpoint_url: str | None):
+    """The input's plan columns as pandas batches, file by file, in this process."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from training.data.schema import csv_options
+    from training.storage import filesystem
+
+    for file in files:
+        fs, path = filesystem(file, endpoint_url)
+        if plan.fmt == "parquet":
+            with fs.open_input_file(path) as handle:
+                reader = pq.ParquetFile(handle)
+                for batch in reader.iter_batches(batch_size=4096, columns=plan.columns):
+                    yield batch.to_pandas()
+            continue
+        with fs.open_input_stream(path) as stream:
+            for batch in pacsv.open_csv(stream, **csv_options(plan)):
+                yield batch.to_pandas()
 
 
 def evaluate_model(
