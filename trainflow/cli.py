@@ -96,9 +96,11 @@ def run(
         console.print(
             f"trainflow run: libraries log to {log.path}", highlight=False, soft_wrap=True
         )
-        with ProgressView(console, live=log.interactive and not verbose):
-            with warm_services(config):
-                summary = _run_pipeline(config, run_id)
+        with (
+            ProgressView(console, live=log.interactive and not verbose),
+            warm_services(config),
+        ):
+            summary = _run_pipeline(config, run_id)
     for line in summary_lines(summary, str(log.path)):
         console.print(line, highlight=False, soft_wrap=True)
     if summary_json is not None:
