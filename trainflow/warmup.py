@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 
 from training.config import PipelineConfig
+from training.errors import TrainflowError
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,13 @@ def warm_services(config: PipelineConfig) -> Iterator[None]:
         )
         prefect.start()
     try:
-        # MLflow before Ray, as in the flow: an unreachable tracking server fails the run
-        # before a Ray process starts.
-        store.configure(config)
-        cluster.connect(config.ray)
+        try:
+            # MLflow before Ray, as in the flow. A failure here is left to the flow, which
+            # meets it again and reports it where users look (console and Prefect's logs).
+            store.configure(config)
+            cluster.connect(config.ray)
+        except TrainflowError as exc:
+            log.info("left to the flow to report: %s", exc)
         if prefect is not None:
             prefect.join()
         yield
