@@ -76,9 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     for rep in range(args.reps):
         pair = {"peer": _peer(args.peer), "trainflow": _trainflow()}
         reps.append(pair)
-        print(
-            f"rep {rep + 1}: peer {pair['peer']['wall_s']} s, trainflow {pair['trainflow']['wall_s']} s"
-        )
+        peer_s, ours_s = pair["peer"]["wall_s"], pair["trainflow"]["wall_s"]
+        print(f"rep {rep + 1}: peer {peer_s} s, trainflow {ours_s} s", flush=True)
     peer_median = statistics.median(r["peer"]["wall_s"] for r in reps)
     ours_median = statistics.median(r["trainflow"]["wall_s"] for r in reps)
     result = {
