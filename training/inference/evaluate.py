@@ -93,17 +93,22 @@ def raw_rows(manifest: Manifest, split: str, rows: int, endpoint_url: str | None
     Read here with pyarrow, batch by batch, until enough rows of the split turned up: a Ray
     Data pass for five rows cost seconds of task start-up per call on a small table.
     """
-    spec = manifest.spec
-    data, files, plan = _input_plan(manifest)
     found: list[pd.DataFrame] = []
-    for batch in _local_batches(files, plan, endpoint_url):
-        kept = _rows_of_split(batch, spec.to_dict(), data.split.model_dump(), split)
-        found.append(kept)
+    for batch in raw_split_here(manifest, split, endpoint_url):
+        found.append(batch)
         if sum(len(f) for f in found) >= rows:
             break
     if not found:
         raise DataValidationError(f"the {split} split is empty; use more data or a larger split")
     return pd.concat(found, ignore_index=True).head(rows)
+
+
+def raw_split_here(manifest: Manifest, split: str, endpoint_url: str | None = None):
+    """The raw rows of one split as pandas batches, read in this process (small inputs)."""
+    spec = manifest.spec
+    data, files, plan = _input_plan(manifest)
+    for batch in _local_batches(files, plan, endpoint_url):
+        yield _rows_of_split(batch, spec.to_dict(), data.split.model_dump(), split)
 
 
 def _local_batches(files: list[str], plan, endpoint_url: str | None):
@@ -127,6 +132,30 @@ def _local_batches(files: list[str], plan, endpoint_url: str | None):
                 yield batch.to_pandas()
 
 
+#: A split this small is scored here, by the same pyfunc predictor, instead of in a Ray Data
+#: actor: the actor's start-up (a process importing torch and MLflow, loading the model) cost
+#: ~5 s on 2 cores for a few hundred rows. Larger splits stream through Ray Data.
+SCORE_HERE_BELOW_ROWS = 20_000
+
+
+def _scored_batches(files: dict[str, bytes], manifest: Manifest, split: str, endpoint_url):
+    """The split's rows scored by the pyfunc: pandas batches of model output + true label."""
+    label_column = manifest.spec.label_column
+    if manifest.rows.get(split, SCORE_HERE_BELOW_ROWS) < SCORE_HERE_BELOW_ROWS:
+        predictor = PyfuncPredictor(files, label_column=label_column, threads=None)
+        for batch in raw_split_here(manifest, split, endpoint_url):
+            yield predictor(batch)
+        return
+    scored = raw_split(manifest, split, endpoint_url).map_batches(
+        PyfuncPredictor,
+        fn_constructor_kwargs={"files": files, "label_column": label_column},
+        batch_size=512,
+        batch_format="pandas",
+        compute=single_actor(),
+    )
+    yield from scored.iter_batches(batch_size=4096, batch_format="pandas")
+
+
 def evaluate_model(
     files: dict[str, bytes],
     classes: list[Any],
@@ -140,18 +169,11 @@ def evaluate_model(
             f"the model knows classes {classes} but the data has {manifest.spec.classes}; "
             "evaluate on data with the same label column and classes"
         )
-    scored = raw_split(manifest, split, endpoint_url).map_batches(
-        PyfuncPredictor,
-        fn_constructor_kwargs={"files": files, "label_column": manifest.spec.label_column},
-        batch_size=512,
-        batch_format="pandas",
-        compute=single_actor(),
-    )
     names = pyfunc.class_columns(list(classes))
     index = pd.Index(list(classes))
     labels, predictions, probs = [], [], []
     with our_errors():
-        for batch in scored.iter_batches(batch_size=4096, batch_format="pandas"):
+        for batch in _scored_batches(files, manifest, split, endpoint_url):
             labels.append(batch[TRUE_LABEL].to_numpy())
             predictions.append(batch[pyfunc.PREDICTION].to_numpy())
             probs.append(batch[names].to_numpy(dtype=np.float64))
