@@ -101,6 +101,12 @@ def sample_sizes(sweep: SweepConfig, manifest: Manifest) -> dict[str, int]:
     return {"train": sweep.sample_rows, "val": max(1, math.ceil(val * sweep.sample_rows / train))}
 
 
+def _sample_note(sweep: SweepConfig, manifest: Manifest) -> str:
+    """What the sweep's progress lines add when trials train on a sample."""
+    used, train = sample_sizes(sweep, manifest)["train"], manifest.rows["train"]
+    return f"; trials on {used:,} of {train:,} train rows" if used < train else ""
+
+
 def _trainable(config: PipelineConfig, manifest: Manifest, storage_path: str, storage_fs):
     import ray
     from ray import tune
@@ -239,7 +245,13 @@ def run_sweep(
                 storage_filesystem=storage_fs,
                 callbacks=[
                     *(callbacks or []),
-                    SweepProgress(sweep.metric, sweep.mode, sweep.num_samples, sweep.asha.max_t),
+                    SweepProgress(
+                        sweep.metric,
+                        sweep.mode,
+                        sweep.num_samples,
+                        sweep.asha.max_t,
+                        sample=_sample_note(sweep, manifest),
+                    ),
                 ],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 verbose=0,
