@@ -158,3 +158,23 @@ def test_other_numeric_widths_in_one_file_still_preprocess(ray_local, tmp_path):
     )
     manifest = _preprocess(tmp_path / "src", tmp_path / "storage")
     assert sum(manifest.rows.values()) == 2000
+
+
+def test_generated_color_images_preprocess_as_3x32x32(ray_local, tmp_path):
+    from training.data.synthetic import write_color_images
+
+    write_color_images(tmp_path / "img", 300, seed=0, num_files=3)
+    config = PipelineConfig(
+        data=DataConfig(
+            source=str(tmp_path / "img"), image_column="image", image_shape=[3, 32, 32]
+        ),
+        model={"kind": "cnn"},
+    )
+    files = resolve_inputs(config.data)
+    manifest = preprocess(
+        config, StorageLayout(root=str(tmp_path / "s")), fingerprint(config.data, files), files
+    )
+    assert sum(manifest.rows.values()) == 300
+    assert manifest.spec.input_shape == [3, 32, 32]
+    x, _, _ = load_split_arrays(manifest, "train")
+    assert x.shape[1] == 3 * 32 * 32 and x.dtype == np.float32
