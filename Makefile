@@ -27,9 +27,11 @@ lint: setup
 format: setup
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
-# The benchmark suite (issue 7, ~30 min on 2 cores): benchmarks/results/*.json, docs/benchmarks.md.
+# The benchmark suite (issue 7, ~30 min on 2 cores): benchmarks/results/*.json, docs/benchmarks.md;
+# then the `scale` tests (issue 16: 10M rows through the whole pipeline, ~1 h).
 bench: setup
 	$(BIN)/python -m benchmarks
+	$(BIN)/python -m pytest -m scale tests/e2e/test_scale_memory.py
 
 clean:
 	rm -rf $(VENV) .trainflow .pytest_cache

@@ -134,6 +134,16 @@ def image_data(directory: Path, rows: int, side: int = 28, seed: int = 0, files:
     return str(target)
 
 
+def table_data(directory: Path, rows: int, seed: int = 0, files: int = 16) -> str:
+    """``rows`` x 64 float32 features with a learnable label (``trainflow make-data``'s table)."""
+    from training.data.synthetic import write_table
+
+    target = directory / f"table-{rows}-s{seed}-f{files}"
+    if not target.exists():
+        write_table(target, rows, seed, num_files=files)
+    return str(target)
+
+
 def make_config(overrides: dict[str, Any] | None = None):
     """The schema defaults plus dotted overrides, validated like ``--set``."""
     from training.config import PipelineConfig

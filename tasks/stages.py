@@ -24,7 +24,7 @@ from training.report.trials import TrialRow, sweep_saving, trial_rows
 from training.storage import StorageLayout
 from training.tracking import evaluation, lineage, pyfunc, registry, store, sweep_runs
 from training.tune.outcome import SweepOutcome
-from training.tune.sweep import run_sweep
+from training.tune.sweep import run_sweep, sample_sizes
 
 
 def connect_ray(config: PipelineConfig) -> dict[str, float]:
@@ -69,9 +69,12 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
     tracker = store.configure(config)
     sweep_run = tracker.start_child_run(parent_run, "sweep", stage="sweep")
     lineage.log_datasets(tracker, sweep_run, manifest, ["train", "val"])
+    sample = sample_sizes(config.sweep, manifest)
     tracker.log_params(
         sweep_run,
         {
+            "sample_rows.train": sample["train"],
+            "sample_rows.val": sample["val"],
             "num_samples": config.sweep.num_samples,
             "searcher": config.sweep.searcher,
             "metric": config.sweep.metric,

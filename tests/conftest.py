@@ -17,6 +17,16 @@ def pytest_configure(config):
     os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
+def pytest_collection_modifyitems(config, items):
+    """`scale` tests (10M rows, an hour on 2 cores) run only when `-m` names them (make bench)."""
+    if "scale" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="real-size data: select it with -m scale (make bench)")
+    for item in items:
+        if item.get_closest_marker("scale") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def trainflow_home(tmp_path_factory) -> Path:
     """Every test session writes under its own home, never the user's ./.trainflow."""

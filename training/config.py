@@ -226,6 +226,11 @@ class SweepConfig(_Section):
     searcher: Literal["random", "optuna"] = Field(
         "random", description="random | optuna (Optuna's TPE, seeded with sweep.seed)"
     )
+    sample_rows: int | None = Field(
+        200_000,
+        ge=1,
+        description="trials' train rows: a seeded sample (val in proportion); null=all",
+    )
     gpus_per_trial: float | None = Field(
         None,
         gt=0,

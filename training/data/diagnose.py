@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 
 from training.data.schema import FIX_FILE, Plan, csv_options, is_network
@@ -53,19 +54,57 @@ def read_error(
 
 
 def _diagnose(file: str, plan: Plan, endpoint_url: str | None) -> str | None:
-    """Read one file fully with pyarrow on the driver; the error text, or None if it reads."""
+    """Read one file fully with pyarrow on the driver (row group by row group); the error text
+    naming the row group where it is a parquet file, or None if it reads."""
+    at = [""]
+    try:
+        for _ in _pieces(file, plan, endpoint_url, plan.columns, at):
+            pass
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        if is_network(exc):
+            return None
+        return f"{at[0]}: {one_line(exc)}" if at[0] else one_line(exc)
+    return None
+
+
+def _pieces(
+    file: str, plan: Plan, endpoint_url: str | None, columns: list[str], at: list[str]
+) -> Iterator[pa.Table | pa.RecordBatch]:
+    """The rows of a file in order: parquet row groups, CSV blocks. ``at[0]`` names the piece
+    being read (so an error, or a caller, can say where)."""
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
     fs, path = filesystem(file, endpoint_url)
-    try:
-        if plan.fmt == "parquet":
-            for _ in pq.ParquetFile(path, filesystem=fs).iter_batches(columns=plan.columns):
-                pass
-        else:
-            with fs.open_input_stream(path) as stream:
-                for _ in pacsv.open_csv(stream, **csv_options(plan)):
-                    pass
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        return None if is_network(exc) else one_line(exc)
+    if plan.fmt == "parquet":
+        parquet = pq.ParquetFile(path, filesystem=fs)
+        groups = parquet.num_row_groups
+        for index in range(groups):
+            at[0] = f"row group {index} of {groups}"
+            yield parquet.read_row_group(index, columns=columns)
+        return
+    with fs.open_input_stream(path) as stream:
+        include = {"include_columns": columns}
+        options = csv_options(plan)["convert_options"]
+        convert = pacsv.ConvertOptions(
+            column_types=options.column_types, strings_can_be_null=True, **include
+        )
+        yield from pacsv.open_csv(stream, convert_options=convert)
+
+
+def locate_missing_labels(files: list[str], plan: Plan, endpoint_url: str | None) -> str | None:
+    """The first file (with row group and row) holding a row without a label, or None.
+
+    Reads only the label column, piece by piece: the error path of a big table stays cheap.
+    """
+    from training.data.rows import missing_labels
+
+    for file in files:
+        seen, at = 0, [""]
+        for piece in _pieces(file, plan, endpoint_url, [plan.label], at):
+            missing = np.flatnonzero(missing_labels(piece.column(0).to_pandas()))
+            if len(missing):
+                where = f"{at[0]}, " if at[0] else ""
+                return f"{file} ({where}row {seen + int(missing[0])} of the file)"
+            seen += piece.num_rows
     return None

@@ -95,7 +95,7 @@ def preprocess(
             stats.add(pickle.loads(row["summary"]))
             if every.due():
                 progress.report("preprocess", f"{stats.rows:,} rows read", rows_read=stats.rows)
-    classes = validate(stats, data, plan, files)
+    classes = validate(stats, data, plan, files, in_endpoint)
     progress.report(
         "preprocess", f"{stats.rows:,} rows read and validated", rows_validated=stats.rows
     )

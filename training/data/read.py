@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow.fs as pafs
 
+from training.data.rows import sample_keys
 from training.data.schema import Plan, csv_options
 from training.errors import StorageError
 from training.manifest import FEATURES, LABEL, SAMPLE_ID, Manifest
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 
 _FOOTER_ACTORS = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
 _env_lock = threading.Lock()
+# Rows per batch when a split is read without Ray (a trial's sample).
+_READ_BATCH_ROWS = 65_536
 
 
 def _read_parquet(paths: list[str], fs, columns: list[str] | None) -> ray.data.Dataset:
@@ -88,28 +91,60 @@ def read_split(manifest: Manifest, split: str, endpoint_url: str | None = None) 
 
 
 def load_split_arrays(
-    manifest: Manifest, split: str, endpoint_url: str | None = None
+    manifest: Manifest,
+    split: str,
+    endpoint_url: str | None = None,
+    *,
+    sample_rows: int | None = None,
+    seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features float32 [n, d], labels int64 [n], sample_ids int64 [n]) sorted by sample_id.
 
-    Plain pyarrow, no Ray: Tune trials call this.
+    Plain pyarrow, no Ray: Tune trials call this. With ``sample_rows`` smaller than the split,
+    only a seeded sample of that many rows (the smallest ``sample_keys``) is kept, read batch by
+    batch: memory holds the sample and one batch, never the whole split.
     """
-    import pyarrow.parquet as pq
+    import pyarrow.dataset as pads
 
     uri = manifest.split_uris[split]
     fs, path = filesystem(uri, endpoint_url)
-    table = pq.read_table(
-        path, filesystem=fs, columns=[FEATURES, LABEL, SAMPLE_ID], partitioning=None
-    )
+    dataset = pads.dataset(path, filesystem=fs, format="parquet", partitioning=None)
+    expected = manifest.rows[split]
+    keep = None
+    if sample_rows is not None and sample_rows < expected:
+        ids = dataset.to_table(columns=[SAMPLE_ID]).column(SAMPLE_ID).to_numpy()
+        _check_rows(len(ids), expected, uri, manifest)
+        keys = sample_keys(ids.astype(np.int64), seed)
+        keep = np.partition(keys, sample_rows - 1)[sample_rows - 1]
     width = manifest.spec.num_features
-    vectors = table.column(FEATURES).combine_chunks()
-    features = vectors.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-    labels = table.column(LABEL).to_numpy().astype(np.int64)
-    ids = table.column(SAMPLE_ID).to_numpy().astype(np.int64)
-    if len(ids) != manifest.rows[split]:
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    # Little read-ahead: pyarrow's default (16 batches x 4 files) holds ~0.5 GB of a wide split.
+    batches = dataset.to_batches(
+        columns=[FEATURES, LABEL, SAMPLE_ID],
+        batch_size=_READ_BATCH_ROWS,
+        batch_readahead=2,
+        fragment_readahead=1,
+    )
+    for batch in batches:
+        ids = batch.column(SAMPLE_ID).to_numpy().astype(np.int64)
+        flat = batch.column(FEATURES).flatten().to_numpy(zero_copy_only=False)
+        features, labels = flat.reshape(-1, width), batch.column(LABEL).to_numpy()
+        if keep is not None:
+            mask = sample_keys(ids, seed) <= keep
+            features, labels, ids = features[mask], labels[mask], ids[mask]
+        parts.append((features.astype(np.float32, copy=True), labels.astype(np.int64), ids))
+    features = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, width), np.float32)
+    labels = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    ids = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
+    if keep is None:
+        _check_rows(len(ids), expected, uri, manifest)
+    order = np.argsort(ids, kind="stable")[:sample_rows]  # ties at the cut: the first ids
+    return features[order], labels[order], ids[order]
+
+
+def _check_rows(found: int, expected: int, uri: str, manifest: Manifest) -> None:
+    if found != expected:
         raise StorageError(
-            f"{uri} holds {len(ids)} rows but its manifest says {manifest.rows[split]}; the data "
+            f"{uri} holds {found} rows but its manifest says {expected}; the data "
             f"directory was changed: delete {manifest.data_dir} to preprocess again"
         )
-    order = np.argsort(ids, kind="stable")
-    return features[order].astype(np.float32, copy=False), labels[order], ids[order]

@@ -121,6 +121,13 @@ def hash_rows(raw: np.ndarray, labels: pd.Series, seed: int) -> np.ndarray:
     return _keyed_mix(hashed.to_numpy(dtype=np.uint64), key)
 
 
+def sample_keys(sample_ids: np.ndarray, seed: int) -> np.ndarray:
+    """A seeded uint64 key per row id, independent of its split: the rows with the smallest keys
+    are a deterministic uniform sample (the sweep's, ``sweep.sample_rows``)."""
+    key = hashlib.sha256(f"trainflow-sample:{seed}".encode()).hexdigest()[:16]
+    return _keyed_mix(np.ascontiguousarray(sample_ids).view(np.uint64), key)
+
+
 def assign_splits(hashes: np.ndarray, split: SplitConfig) -> np.ndarray:
     """train/val/test per row from its hash: u = hash / 2**64 against the split fractions."""
     u = hashes.astype(np.float64) / 2.0**64

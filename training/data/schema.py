@@ -97,10 +97,12 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
     which = "data.feature_columns" if data.feature_columns else "the first file's columns"
     width = None
     total_rows: int | None = 0
+    first_label: tuple[str, pa.DataType] | None = None
     for file in files:
         schema, rows = _file_schema(file, fmt, endpoint_url)
         total_rows = None if rows is None or total_rows is None else total_rows + rows
         require_columns(file, schema.names, label=data.label_column)
+        first_label = _same_label_kind(file, schema.field(data.label_column).type, first_label)
         if data.image_column is not None:
             width = _check_image_column(file, schema, data.image_column)
             continue
@@ -121,6 +123,23 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
     if width is not None:
         check_image_shape(data.image_shape, width)
     return Plan(fmt, data.label_column, features, data.image_column)
+
+
+def _same_label_kind(
+    file: str, dtype: pa.DataType, first: tuple[str, pa.DataType] | None
+) -> tuple[str, pa.DataType] | None:
+    """Labels are numbers in every file or text in every file: 3 and "3" would be two classes."""
+    if pa.types.is_null(dtype):  # a CSV block of empty cells says nothing yet
+        return first
+    if first is None:
+        return file, dtype
+    first_file, first_type = first
+    if is_numeric(dtype) != is_numeric(first_type):
+        raise DataValidationError(
+            f"label column has type {dtype} in {file} but {first_type} in {first_file}: the same "
+            f"class would be two; {FIX_FILE}"
+        )
+    return first
 
 
 def _numeric_columns(file: str, schema: pa.Schema, label: str) -> list[str]:

@@ -10,6 +10,7 @@ import numpy as np
 
 from training.config import DataConfig
 from training.data.columns import check_image_shape, ragged
+from training.data.diagnose import locate_missing_labels
 from training.data.schema import Plan
 from training.data.summary import Stats
 from training.errors import DataValidationError
@@ -26,9 +27,11 @@ def _sorted_classes(values: set) -> list[Any]:
         return sorted(values, key=lambda v: (type(v).__name__, str(v)))
 
 
-def validate(stats: Stats, data: DataConfig, plan: Plan, files: list[str]) -> list[Any]:
+def validate(
+    stats: Stats, data: DataConfig, plan: Plan, files: list[str], endpoint_url: str | None = None
+) -> list[Any]:
     """Raise on unusable data; return the sorted classes."""
-    _check_values(stats, data, plan, files)
+    _check_values(stats, data, plan, files, endpoint_url)
     totals: dict[Any, int] = {}
     for per_class in stats.class_counts.values():
         for value, n in per_class.items():
@@ -43,7 +46,9 @@ def validate(stats: Stats, data: DataConfig, plan: Plan, files: list[str]) -> li
     return _sorted_classes(set(totals))
 
 
-def _check_values(stats: Stats, data: DataConfig, plan: Plan, files: list[str]) -> None:
+def _check_values(
+    stats: Stats, data: DataConfig, plan: Plan, files: list[str], endpoint_url: str | None
+) -> None:
     """Rows there, every label set, every feature finite, one width that fits the image shape."""
     if stats.rows == 0:
         raise DataValidationError(
@@ -51,9 +56,12 @@ def _check_values(stats: Stats, data: DataConfig, plan: Plan, files: list[str]) 
             "data with rows"
         )
     if stats.null_labels:
+        # The summary counts them over the whole table; the driver finds the first one.
+        first = locate_missing_labels(files, plan, endpoint_url)
+        where = f" (the first in {first})" if first else ""
         raise DataValidationError(
             f"{stats.null_labels} of {stats.rows} rows have no value in label column "
-            f"{data.label_column!r}; drop or fill those rows before training"
+            f"{data.label_column!r}{where}; drop or fill those rows before training"
         )
     if stats.nonfinite:
         detail = ", ".join(f"{k!r}: {v}" for k, v in list(stats.nonfinite.items())[:10])

@@ -14,8 +14,11 @@ from training.metrics import gain
 class SweepProgress(tune.Callback):
     """Reports a progress event whenever a trial ends or the best value improves."""
 
-    def __init__(self, metric: str, mode: str, num_samples: int, max_t: int) -> None:
+    def __init__(
+        self, metric: str, mode: str, num_samples: int, max_t: int, sample: str = ""
+    ) -> None:
         self.metric, self.mode = metric, mode
+        self.sample = sample  # e.g. "; trials on 10,000 of 139,818 train rows" (sample_rows)
         self.num_samples, self.max_t = num_samples, max_t
         self.best: float | None = None
         self.best_trial: str | None = None
@@ -57,7 +60,7 @@ class SweepProgress(tune.Callback):
         progress.report(
             "sweep",
             f"{len(fates)}/{self.num_samples} trials done ({counts['stopped-early']} stopped "
-            f"early, {counts['errored']} errored), {running} running; {best}",
+            f"early, {counts['errored']} errored), {running} running; {best}{self.sample}",
             done=len(fates),
             total=self.num_samples,
             running=running,

@@ -9,8 +9,10 @@ Either way the loop is ``training.loop.loop.run_loop``.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
+from training import progress
 from training.config import PipelineConfig, SweepConfig, validate_config
 from training.errors import TrainflowError
 from training.manifest import FeatureSpec, Manifest
@@ -89,6 +91,22 @@ def _trainer_trial(
     trainer.fit()
 
 
+def sample_sizes(sweep: SweepConfig, manifest: Manifest) -> dict[str, int]:
+    """Rows of train and val each function trial gets: ``sweep.sample_rows`` of train (all of a
+    smaller split) and the same fraction of val. The final training always takes every row, and
+    so do TorchTrainer trials (``workers_per_trial > 1``, which stream the splits with Ray Data)."""
+    train, val = manifest.rows["train"], manifest.rows["val"]
+    if sweep.sample_rows is None or sweep.sample_rows >= train or sweep.workers_per_trial > 1:
+        return {"train": train, "val": val}
+    return {"train": sweep.sample_rows, "val": max(1, math.ceil(val * sweep.sample_rows / train))}
+
+
+def _sample_note(sweep: SweepConfig, manifest: Manifest) -> str:
+    """What the sweep's progress lines add when trials train on a sample."""
+    used, train = sample_sizes(sweep, manifest)["train"], manifest.rows["train"]
+    return f"; trials on {used:,} of {train:,} train rows" if used < train else ""
+
+
 def _trainable(config: PipelineConfig, manifest: Manifest, storage_path: str, storage_fs):
     import ray
     from ray import tune
@@ -101,8 +119,23 @@ def _trainable(config: PipelineConfig, manifest: Manifest, storage_path: str, st
         config = config.with_overrides({"train.resources_per_worker": resources.worker})
     base = config.model_dump(mode="json")
     if sweep.workers_per_trial == 1:
+        sizes = sample_sizes(sweep, manifest)
+        if sizes["train"] < manifest.rows["train"]:
+            progress.report(
+                "sweep",
+                f"trials train on a sample of {sizes['train']:,} of {manifest.rows['train']:,} "
+                f"train rows (sweep.sample_rows) and validate on {sizes['val']:,}; the final "
+                "training uses every row",
+                sample_rows=sizes["train"],
+            )
         arrays = tuple(
-            load_split_arrays(manifest, split, config.storage.endpoint_url)[:2]
+            load_split_arrays(
+                manifest,
+                split,
+                config.storage.endpoint_url,
+                sample_rows=sizes[split],
+                seed=sweep.seed,
+            )[:2]
             for split in ("train", "val")
         )
         # with_parameters puts the arrays in the object store once for all trials.
@@ -212,7 +245,13 @@ def run_sweep(
                 storage_filesystem=storage_fs,
                 callbacks=[
                     *(callbacks or []),
-                    SweepProgress(sweep.metric, sweep.mode, sweep.num_samples, sweep.asha.max_t),
+                    SweepProgress(
+                        sweep.metric,
+                        sweep.mode,
+                        sweep.num_samples,
+                        sweep.asha.max_t,
+                        sample=_sample_note(sweep, manifest),
+                    ),
                 ],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 verbose=0,

@@ -1,0 +1,199 @@
+"""Issue 16: memory stays flat in data size. The generator writes 20,000 and 200,000 rows to the
+loopback S3 server (moto); `trainflow run` takes each through the whole pipeline (preprocess,
+a tiny sweep on a sample, one epoch of training, evaluation, promotion) with its storage root on
+S3 too, while the RSS summed over the CLI and every process under it (Prefect's temporary
+server, the local Ray instance: GCS, raylet, workers, object store) is sampled. The peak at
+200,000 rows must stay within 1.5x the peak at 20,000.
+
+The ``scale``-marked test (not in the default run; ``make bench`` runs it) does the same for
+10,000,000 rows from local disk and from S3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from cli_runner import TRAINFLOW, cli_env, free_port
+
+from benchmarks.harness import PeakSampler
+from training.data.synthetic import write_table
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+BUCKET = "trainflow-scale"
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+MIB = 1024**2
+# The cheapest whole pipeline: one epoch, one worker, two one-epoch trials on a small sample.
+CHEAP = {
+    "train.max_epochs": 1,
+    "train.num_workers": 1,
+    "train.batch_size": 512,
+    "sweep.num_samples": 2,
+    "sweep.asha.max_t": 1,
+    "sweep.asha.grace_period": 1,
+    "sweep.sample_rows": 10000,
+    "mlflow.experiment": "scale",
+    "mlflow.registered_model": "scale-model",
+}
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """``moto_server`` on a free loopback port with one bucket: (endpoint, environment)."""
+    import pyarrow.fs as pafs
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.3)
+        os.environ.update(env)  # the test's own writes; isolated_environment restores it
+        pafs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True
+        ).create_dir(BUCKET)
+        yield endpoint, env
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # our own moto_server's group only
+        proc.wait()
+
+
+def measured_run(home: Path, sets: dict, env: dict, timeout: float = 900):
+    """``trainflow run --set ...`` with the RSS of its process tree sampled: (proc, sampler)."""
+    workdir = home / "cwd"
+    workdir.mkdir(parents=True, exist_ok=True)
+    summary = home / "summary.json"
+    args = [*TRAINFLOW, "run", "--summary-json", str(summary)]
+    for key, value in sets.items():
+        args += ["--set", f"{key}={value}"]
+    with open(home / "console.txt", "w") as out:
+        proc = subprocess.Popen(
+            args, cwd=workdir, env=cli_env(home, **env), stdout=out, stderr=subprocess.STDOUT
+        )
+        with PeakSampler(root_pid=proc.pid, interval=0.25) as sampler:
+            try:
+                proc.wait(timeout=timeout)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    console = (home / "console.txt").read_text(errors="replace")
+    assert proc.returncode == 0, console[-4000:]
+    return json.loads(summary.read_text()), console, sampler
+
+
+def pipeline_peaks(
+    s3, tmp_path_factory, sizes: tuple[int, ...], extra: dict | None = None
+) -> dict[int, dict]:
+    endpoint, env = s3
+    peaks = {}
+    for rows in sizes:
+        source = f"s3://{BUCKET}/table-{rows}"
+        started = time.monotonic()
+        write_table(source, rows, seed=0, num_files=16, endpoint_url=endpoint)
+        generated = time.monotonic() - started
+        home = tmp_path_factory.mktemp(f"home-{rows}-rows-")
+        sets = {
+            **CHEAP,
+            "data.source": source,
+            "storage.root": f"s3://{BUCKET}/root-{rows}",
+            "storage.endpoint_url": endpoint,
+            **(extra or {}),
+        }
+        started = time.monotonic()
+        summary, console, sampler = measured_run(home, sets, env)
+        peaks[rows] = {
+            "peak_rss_mib": round(sampler.peak_rss / MIB),
+            "processes": sampler.peak_procs,
+            "run_s": round(time.monotonic() - started, 1),
+            "generate_s": round(generated, 1),
+            "summary": summary,
+            "console": console,
+        }
+        print(f"\n{rows:,} rows: {peaks[rows] | {'summary': '...', 'console': '...'}}")
+    return peaks
+
+
+def test_peak_memory_of_the_whole_run_is_flat_from_20k_to_200k_rows(s3, tmp_path_factory):
+    peaks = pipeline_peaks(s3, tmp_path_factory, (20_000, 200_000))
+    big = peaks[200_000]
+    # The sweep ran on its sample and said so; the final training took every train row.
+    assert "trials on 10,000 of" in big["console"], big["console"][-3000:]
+    ratio = big["peak_rss_mib"] / peaks[20_000]["peak_rss_mib"]
+    print(f"peak RSS 200k / 20k rows: {ratio:.2f}")
+    assert ratio <= 1.5, {k: v["peak_rss_mib"] for k, v in peaks.items()}
+
+
+# --- 10M rows: `pytest -m scale` (make bench), not the default run --------------------------
+
+GIB = 1024**3
+# The default stages (a sweep on the default 200,000-row sample), shortened to one epoch of the
+# final training: 20 epochs of 7M rows are hours on 2 cores and add nothing to a memory figure.
+AT_SCALE = {
+    "train.max_epochs": 1,
+    "train.batch_size": 512,
+    "sweep.num_samples": 4,
+    "sweep.asha.max_t": 2,
+    "sweep.asha.grace_period": 1,
+    "mlflow.experiment": "scale",
+    "mlflow.registered_model": "scale-model",
+}
+
+
+@pytest.mark.scale
+@pytest.mark.timeout(3 * 3600)
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_ten_million_rows_in_flat_memory(where, s3, tmp_path_factory):
+    """10M rows x 64 features (2.6 GB of float32) through the whole pipeline, from local disk
+    and from the loopback S3 server: peak RSS of all processes <= 1.5x the peak at 1M rows, and
+    below 8 GiB."""
+    endpoint, env = s3
+    peaks = {}
+    for rows in (1_000_000, 10_000_000):
+        if where == "s3":
+            source = f"s3://{BUCKET}/table-{rows}"
+            root = f"s3://{BUCKET}/root-{rows}"
+        else:
+            base = tmp_path_factory.mktemp(f"local-{rows}")
+            source, root = str(base / "table"), str(base / "storage")
+        write_table(source, rows, seed=0, num_files=32, endpoint_url=endpoint)
+        home = tmp_path_factory.mktemp(f"home-{where}-{rows}")
+        sets = {**AT_SCALE, "data.source": source, "storage.root": root}
+        if where == "s3":
+            sets["storage.endpoint_url"] = endpoint
+        started = time.monotonic()
+        _, _, sampler = measured_run(home, sets, env, timeout=3600)
+        peaks[rows] = sampler.peak_rss
+        print(
+            f"\n{where} {rows:,} rows: peak RSS {sampler.peak_rss / MIB:,.0f} MiB over "
+            f"{sampler.peak_procs} processes, {time.monotonic() - started:.0f} s"
+        )
+    assert peaks[10_000_000] <= 1.5 * peaks[1_000_000], peaks
+    assert peaks[10_000_000] < 8 * GIB, peaks
