@@ -139,11 +139,28 @@ def _installed(path: str) -> bool:
 
 def code_paths(model_config: Mapping[str, Any]) -> list[str]:
     """What the registered model carries besides trainflow's own code: the factory's top-level
-    package (or module), so the model loads where the user's project is not installed."""
+    package (or module) from the user's project, so the model loads where it is not installed.
+    An installed package is a requirement instead (:func:`requirements`)."""
     if model_config.get("kind") != "custom":
         return []
     path = _top_level_path(str(model_config["factory"]))
-    return [path] if path else []
+    return [path] if path and not _installed(path) else []
+
+
+def requirements(model_config: Mapping[str, Any]) -> list[str]:
+    """The pinned distribution of an installed factory package (``name==version``)."""
+    import importlib.metadata
+
+    if model_config.get("kind") != "custom":
+        return []
+    path = _top_level_path(str(model_config["factory"]))
+    if not path or not _installed(path):
+        return []
+    top = split_factory(str(model_config["factory"]))[0].split(".")[0]
+    pins = []
+    for dist in importlib.metadata.packages_distributions().get(top, [])[:1]:
+        pins.append(f"{dist}=={importlib.metadata.version(dist).split('+')[0]}")
+    return pins
 
 
 def ship_paths(model: ModelConfig) -> list[str]:

@@ -121,7 +121,7 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
     """
     import torch
 
-    from training.model.factory import code_paths
+    from training.model import factory
 
     model_config = torch.load(state_path, map_location="cpu", weights_only=True)["model_config"]
     entry = os.path.join(tmp, "trainflow_model.py")
@@ -129,11 +129,11 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
     example = input_example(spec, raw_rows) if raw_rows is not None else None
     return {
         "python_model": entry,
-        "code_paths": [str(CODE_DIR), *code_paths(model_config)],
+        "code_paths": [str(CODE_DIR), *factory.code_paths(model_config)],
         "artifacts": {STATE_ARTIFACT: str(state_path)},
         "signature": signature(spec, example),
         "input_example": example,
-        "pip_requirements": requirements(),
+        "pip_requirements": requirements() + factory.requirements(model_config),
     }
 
 
