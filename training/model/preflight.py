@@ -25,6 +25,19 @@ def swept_params(config: PipelineConfig) -> dict[str, Any]:
     }
 
 
+def check_model_now(config: PipelineConfig) -> None:
+    """The same check from the config alone, for the CLI before Prefect, MLflow or Ray start
+    (seconds, not the half minute their start-up takes); the flow checks again."""
+    if config.model.kind != "custom":
+        return
+    from training.data.inputs import resolve_inputs
+    from training.storage import StorageLayout
+
+    endpoint = config.storage.endpoint_url
+    files = resolve_inputs(config.data, endpoint, StorageLayout.from_config(config).root)
+    check_factory(config.model, preview_spec(config, files, None), swept_params(config))
+
+
 def check_model(config: PipelineConfig, files: list[str], fingerprint: str) -> None:
     """ConfigError naming ``model.factory`` unless the factory builds a fitting network."""
     if config.model.kind != "custom":
