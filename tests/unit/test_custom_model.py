@@ -234,3 +234,39 @@ def test_resnet18_adapts_its_stem_and_head_to_small_images(shape):
     assert net.fc.out_features == 7
     with torch.no_grad():
         assert net(torch.zeros(2, shape[0] * shape[1] * shape[2])).shape == (2, 7)
+
+
+def test_the_job_ships_a_project_factory_with_py_modules(user_package):
+    from training.cluster import job_runtime_env
+    from training.config import RayConfig
+
+    paths = ship_paths(_model("tf_unit_models.nets:build"))
+    env = job_runtime_env(RayConfig(), None, paths)
+    assert env["py_modules"] == [str(user_package)]
+    shipped = job_runtime_env(RayConfig(ship_code=True), None, paths)
+    assert [p.rsplit("/", 1)[-1] for p in shipped["py_modules"]] == ["training", "tf_unit_models"]
+    assert "py_modules" not in job_runtime_env(RayConfig(), None, [])
+
+
+def test_the_flow_checks_with_a_cached_manifest_s_spec(user_package, tmp_path):
+    """The inspect-data task's check: a finished preprocessing of the same fingerprint gives
+    the exact spec (no read of the data)."""
+    from training.manifest import FeatureSpec, Manifest
+    from training.model.preflight import check_model
+    from training.storage import StorageLayout
+
+    raw = {
+        "storage": {"root": str(tmp_path)},
+        "model": {"kind": "custom", "factory": "tf_unit_models.nets:wrong_outputs"},
+    }
+    config = validate_config(raw)
+    spec = FeatureSpec("label", list(range(4)), [5], [0.0] * 5, [1.0] * 5)
+    manifest = Manifest("fp1", "x", "d", {}, {}, {}, spec)
+    data_dir = tmp_path / "data" / "fp1"
+    data_dir.mkdir(parents=True)
+    assert StorageLayout.from_config(config).data_dir("fp1") == str(data_dir)
+    (data_dir / "manifest.json").write_text(manifest.to_json())
+    with pytest.raises(ConfigError, match=r"to \(2, 3\), not \(2, 4\)"):
+        check_model(config, ["/nonexistent.parquet"], "fp1")
+    raw["model"]["factory"] = "tf_unit_models.nets:build"
+    check_model(validate_config(raw), ["/nonexistent.parquet"], "fp1")
