@@ -270,3 +270,21 @@ def test_the_flow_checks_with_a_cached_manifest_s_spec(user_package, tmp_path):
         check_model(config, ["/nonexistent.parquet"], "fp1")
     raw["model"]["factory"] = "tf_unit_models.nets:build"
     check_model(validate_config(raw), ["/nonexistent.parquet"], "fp1")
+
+
+def test_builtin_digits32_is_an_image_table_of_the_digits_upscaled(tmp_path):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from training.data.builtin import digits, ensure_digits32
+
+    table = pq.read_table(ensure_digits32(tmp_path))
+    assert table.num_rows == 1797 and table.column_names == ["image", "label"]
+    assert table.schema.field("image").type == pa.list_(pa.float32(), 1024)
+    images = np.stack(table.column("image").to_numpy(zero_copy_only=False)).reshape(-1, 32, 32)
+    pixels, labels = digits()
+    assert (table.column("label").to_numpy() == labels).all()
+    assert images.min() >= 0 and images.max() <= 16
+    # each 4x4 block's inside still holds its source pixel
+    assert np.allclose(images[:, 1::4, 1::4], pixels.reshape(-1, 8, 8))
