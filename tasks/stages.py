@@ -18,6 +18,7 @@ from training.data import preprocess as preprocessing
 from training.inference.evaluate import EvalResult, evaluate_state, raw_rows
 from training.loop.trainer import TrainOutcome, train_final
 from training.manifest import Manifest
+from training.model import factory, preflight
 from training.report.plots import evaluation_plots, learning_curves_png
 from training.report.sweep_plots import sweep_plots
 from training.report.trials import TrialRow, sweep_saving, trial_rows
@@ -29,7 +30,8 @@ from training.tune.sweep import run_sweep, sample_sizes
 
 def connect_ray(config: PipelineConfig) -> dict[str, float]:
     """Idempotent: a retried task finds Ray already running in this process."""
-    resources = cluster.connect(config.ray)
+    # A custom model's package, unless installed, travels to every worker (py_modules).
+    resources = cluster.connect(config.ray, py_modules=factory.ship_paths(config.model))
     cluster.check_can_host(
         resources, config.train.min_workers, cluster.worker_resources(config.train)
     )
@@ -42,7 +44,9 @@ def inspect_data(config: PipelineConfig) -> tuple[list[str], str]:
     """Resolve the input files and fingerprint them with the preprocessing config."""
     endpoint = config.storage.endpoint_url
     files = inputs.resolve_inputs(config.data, endpoint, StorageLayout.from_config(config).root)
-    return files, inputs.fingerprint(config.data, files, endpoint)
+    fingerprint = inputs.fingerprint(config.data, files, endpoint)
+    preflight.check_model(config, files, fingerprint)  # a custom model: checked before Ray
+    return files, fingerprint
 
 
 def _preprocess_cache_key(context, parameters: dict[str, Any]) -> str:

@@ -90,6 +90,10 @@ def run(
         stack_commands.trigger_deployment(deployment, config_file, overrides)
         return
     config = _load(config_file, overrides, **{"ray.address": ray_address})
+    if config.model.kind == "custom":  # a bad factory fails in seconds, before anything starts
+        from training.model.preflight import check_model_now
+
+        check_model_now(config)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
     check_prefect_api()
     with CommandLog(trainflow_home(), "run", verbose) as log:

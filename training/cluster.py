@@ -38,15 +38,21 @@ def ray_env() -> dict[str, str]:
     return dict(_RAY_ENV_DEFAULTS)
 
 
-def job_runtime_env(ray_config: RayConfig, address: str | None) -> dict:
-    """The job's runtime_env: our env vars, and our code when ``ray.ship_code`` is on."""
+def job_runtime_env(
+    ray_config: RayConfig, address: str | None, py_modules: list[str] | None = None
+) -> dict:
+    """The job's runtime_env: our env vars, our code when ``ray.ship_code`` is on, and
+    ``py_modules`` (a custom model's package that the nodes do not have installed)."""
     env: dict = {"env_vars": ray_env()}
+    modules = list(py_modules or [])
     if ray_config.ship_code:
         # Only training/ runs on workers (it never imports prefect): upload it as a module so
         # nodes need the dependencies but not trainflow itself.
         import training
 
-        env["py_modules"] = [os.path.dirname(os.path.abspath(training.__file__))]
+        modules.insert(0, os.path.dirname(os.path.abspath(training.__file__)))
+    if modules:
+        env["py_modules"] = modules
     if address and "://" not in address:
         # Train V2's placement-group cleaner finds the State API from RAY_ADDRESS; unset, it
         # auto-detects the latest cluster started on that node, which may be another one.
@@ -54,7 +60,7 @@ def job_runtime_env(ray_config: RayConfig, address: str | None) -> dict:
     return env
 
 
-def connect(ray_config: RayConfig) -> dict[str, float]:
+def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[str, float]:
     """Start or join Ray once per process (retried Prefect tasks find it running).
 
     Returns the cluster's total resources.
@@ -67,7 +73,7 @@ def connect(ray_config: RayConfig) -> dict[str, float]:
         return ray.cluster_resources()
     _keep_credentials_out_of_runtime_envs()
     address = ray_config.address or os.environ.get("RAY_ADDRESS")
-    runtime_env = job_runtime_env(ray_config, address)
+    runtime_env = job_runtime_env(ray_config, address, py_modules)
     try:
         if address:
             _keep_local_instance_on_loopback(False)

@@ -7,7 +7,8 @@ lives here. Everything is validated before any cluster, server or file is touche
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -18,6 +19,8 @@ from training.search_space import SearchDomain, check_search_key
 
 BUILTIN_DIGITS = "builtin:digits"
 DIGITS_IMAGE_SHAPE = [1, 8, 8]
+_Width = Annotated[int, Field(gt=0)]
+_FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
 
 class _Section(BaseModel):
@@ -85,24 +88,23 @@ class DataConfig(_Section):
 
 
 class ModelConfig(_Section):
-    """The network. mlp works on feature vectors, cnn on images (data.image_shape)."""
+    """The network: mlp (features), cnn or resnet18 (images, data.image_shape), or custom."""
 
-    kind: Literal["mlp", "cnn"] = Field("mlp", description="mlp | cnn")
-    hidden_sizes: list[int] = Field(
-        default_factory=lambda: [128, 64], description="MLP hidden layer widths"
-    )
-    channels: list[int] = Field(
-        default_factory=lambda: [16, 32], description="CNN conv channels, one 3x3 conv block each"
-    )
+    kind: Literal["mlp", "cnn", "resnet18", "custom"] = Field("mlp", description="network")
+    factory: str | None = Field(None, description='custom: "package.module:function"')
+    params: dict[str, Any] = Field({}, description="custom: the factory's kwargs (sweepable)")
+    hidden_sizes: list[_Width] = Field([128, 64], min_length=1, description="MLP widths")
+    channels: list[_Width] = Field([16, 32], min_length=1, description="CNN conv channels")
     cnn_hidden: int = Field(64, gt=0, description="width of the CNN's dense layer")
     dropout: float = Field(0.1, ge=0, lt=1, description="dropout probability")
 
-    @field_validator("hidden_sizes", "channels")
-    @classmethod
-    def _positive_sizes(cls, value: list[int]) -> list[int]:
-        if not value or any(v <= 0 for v in value):
-            raise ValueError("must be a non-empty list of positive ints")
-        return value
+    @model_validator(mode="after")
+    def _factory_for_custom(self) -> ModelConfig:
+        if (self.kind == "custom") != (self.factory is not None):
+            raise ValueError("model.factory goes with model.kind=custom, and custom needs it")
+        if self.factory and not _FACTORY.fullmatch(self.factory):
+            raise ValueError(f"model.factory={self.factory!r}: give 'package.module:function'")
+        return self
 
 
 class CheckpointSettings(_Section):
@@ -127,6 +129,7 @@ class TrainConfig(_Section):
         default_factory=lambda: {"CPU": 1.0}, description="Ray resources of each worker"
     )
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="ddp | fsdp (sharded params)")
     backend: Literal["auto", "gloo", "nccl"] = Field(
         "auto", description="torch.distributed backend; auto: nccl with GPUs, else gloo"
     )
@@ -346,11 +349,13 @@ class PipelineConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineConfig:
-        if self.model.kind == "cnn" and self.data.image_shape is None:
+        if self.model.kind in ("cnn", "resnet18") and self.data.image_shape is None:
             if self.data.source == BUILTIN_DIGITS:
                 self.data.image_shape = list(DIGITS_IMAGE_SHAPE)
             else:
-                raise ValueError("model.kind=cnn needs data.image_shape, e.g. [1, 28, 28]")
+                raise ValueError(
+                    f"model.kind={self.model.kind} needs data.image_shape, e.g. [1, 28, 28]"
+                )
         if self.ray.address is None:
             self._check_fits_local_instance()
         if self.sweep.gpus_per_trial is not None and not self.train.use_gpu:

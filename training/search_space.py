@@ -64,10 +64,12 @@ def check_search_key(config: BaseModel, key: str, domain: SearchDomain) -> None:
     try:
         get_dotted(raw, key)
     except KeyError:
-        raise ValueError(
-            f"sweep.search_space key {key!r} is not a config key; use dotted paths such as "
-            "train.lr or model.dropout"
-        ) from None
+        # A custom factory's keyword argument need not be in model.params: its default is.
+        if not _is_factory_param(raw, key):
+            raise ValueError(
+                f"sweep.search_space key {key!r} is not a config key; use dotted paths such as "
+                "train.lr or model.dropout"
+            ) from None
     for value in domain.probe_values():
         trial = copy.deepcopy(raw)
         trial["sweep"]["search_space"] = {}
@@ -79,3 +81,10 @@ def check_search_key(config: BaseModel, key: str, domain: SearchDomain) -> None:
             raise ValueError(
                 f"sweep.search_space[{key!r}] can produce {value!r}, which is invalid: {first}"
             ) from None
+
+
+def _is_factory_param(raw: dict[str, Any], key: str) -> bool:
+    """``model.params.<name>`` of a custom model (one level: a keyword of its factory)."""
+    parts = key.split(".")
+    model = raw.get("model", {})
+    return len(parts) == 3 and parts[:2] == ["model", "params"] and model.get("kind") == "custom"

@@ -12,7 +12,7 @@ import os
 import pyarrow.fs as pafs
 
 from training.config import BUILTIN_DIGITS, DataConfig
-from training.data.builtin import ensure_digits
+from training.data.builtin import DIGITS32, ensure_digits, ensure_digits32
 from training.errors import DataValidationError, ServiceUnreachableError, StorageError
 from training.storage import filesystem, is_remote, join, trainflow_home, upload_file
 
@@ -39,15 +39,18 @@ def resolve_inputs(
     tasks run on nodes that do not share the driver's disk.
     """
     source = data.source
-    if source == BUILTIN_DIGITS:
-        local = ensure_digits(trainflow_home())
+    if source in (BUILTIN_DIGITS, DIGITS32):
+        make = ensure_digits if source == BUILTIN_DIGITS else ensure_digits32
+        local = make(trainflow_home())
         if storage_root and is_remote(storage_root):
-            target = join(storage_root, "datasets", "digits", os.path.basename(local))
+            folder = os.path.basename(os.path.dirname(local))
+            target = join(storage_root, "datasets", folder, os.path.basename(local))
             return [upload_file(local, target, endpoint_url)]
         return [local]
     if source.startswith("builtin:"):
         raise DataValidationError(
-            f"unknown built-in data set {source!r}; use {BUILTIN_DIGITS} or a parquet/CSV path"
+            f"unknown built-in data set {source!r}; use {BUILTIN_DIGITS}, {DIGITS32} or a "
+            "parquet/CSV path"
         )
     fs, path = filesystem(source, endpoint_url)
     try:

@@ -76,11 +76,13 @@ class TrainContext(_RayReporting):
         pin_memory: bool = False,
         cache_bytes: int = 0,
         shard_bytes: dict[str, int] | None = None,
+        strategy: str = "ddp",
     ) -> None:
         """``shard_bytes``: each split's size in memory (all workers together), if known."""
         import ray.train
 
         self._api = ray.train
+        self._strategy = strategy  # train.strategy: ddp | fsdp
         self._seed = seed
         # Page-locked host batches make the copy to the GPU asynchronous (use_gpu only).
         self._pin_memory = pin_memory
@@ -112,6 +114,7 @@ class TrainContext(_RayReporting):
             pin_memory=train["use_gpu"],
             cache_bytes=int(train["shard_cache_mb"]) * 1024**2,
             shard_bytes={split: n * row_bytes for split, n in rows.items()},
+            strategy=train.get("strategy", "ddp"),
         )
 
     def _stream(self, split: str, batch_size: int, seed: int | None) -> Iterator[dict]:
@@ -158,9 +161,9 @@ class TrainContext(_RayReporting):
         return ((batch[FEATURES], batch[LABEL]) for batch in self._batches("val", batch_size, None))
 
     def prepare_model(self, model: nn.Module) -> nn.Module:
-        import ray.train.torch
+        from training.loop.sharding import prepare
 
-        return ray.train.torch.prepare_model(model)
+        return prepare(model, self._strategy)
 
     def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:

@@ -18,6 +18,7 @@ from torch import nn
 
 from training.config import PipelineConfig, validate_config
 from training.errors import TrainingDivergedError
+from training.loop import sharding
 from training.loop.contexts import LoopContext, TrainContext, epoch_seed
 from training.manifest import FeatureSpec
 from training.metrics import worst
@@ -104,10 +105,14 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
     state = ctx.latest_state()
     start = _resume(run, state)
     run.model = ctx.prepare_model(run.model)
+    if sharding.is_sharded(run.model):  # FSDP swapped in flat shards: step those instead
+        scheduler_state = run.scheduler.state_dict()
+        run.optimizer, run.scheduler = _optimizer(run.model, run.config.train, run.max_epochs)
+        run.scheduler.load_state_dict(scheduler_state)
     if state is not None:
         # Now that the parameters sit on their device (a GPU with use_gpu), torch puts the
         # optimizer's moments beside them; loaded before, they stayed on the CPU.
-        run.optimizer.load_state_dict(state["optimizer"])
+        sharding.load_optimizer_state(run.model, run.optimizer, state["optimizer"])
     for epoch in range(start.epoch, run.max_epochs):
         metrics = _run_epoch(run, epoch, start if epoch == start.epoch else _Start(epoch))
         run.scheduler.step()
@@ -129,12 +134,7 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
     train = config.train
     seed_everything(train.seed + ctx.rank)
     model = build_model(config.model, spec.input_shape, spec.num_classes)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
-    scheduler = (
-        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_epochs)
-        if train.lr_schedule == "cosine"
-        else torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    )
+    optimizer, scheduler = _optimizer(model, train, max_epochs)
     # The global batch is split across workers so results do not depend on the worker count.
     batch_rows, micro_rows = step_plan(
         train.batch_size, ctx.world_size, int(settings.get("max_workers", 1))
@@ -151,6 +151,17 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
         batch_rows=batch_rows,
         micro_rows=micro_rows,
     )
+
+
+def _optimizer(model: nn.Module, train, max_epochs: int):
+    """AdamW over the model's parameters and its LR schedule."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
+    scheduler = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_epochs)
+        if train.lr_schedule == "cosine"
+        else torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    )
+    return optimizer, scheduler
 
 
 def _resume(run: _Run, state: dict[str, Any] | None) -> _Start:
@@ -268,11 +279,14 @@ def _mid_epoch_checkpoint(run: _Run, epoch: int, done: int, totals: torch.Tensor
 
 def _checkpoint_state(run: _Run, epoch: int, **extra: Any) -> dict[str, Any] | None:
     """What a checkpoint keeps after ``epoch`` epochs (rank 0 only: the others report None)."""
+    # Full state dicts; under FSDP gathering them is a collective every rank joins.
+    model_state = sharding.model_state(run.model, run.ctx.rank)
+    optimizer_state = sharding.optimizer_state(run.model, run.optimizer, run.ctx.rank)
     if run.ctx.rank != 0:
         return None
     return {
-        "model": _unwrap(run.model).state_dict(),
-        "optimizer": run.optimizer.state_dict(),
+        "model": model_state,
+        "optimizer": optimizer_state,
         "scheduler": run.scheduler.state_dict(),
         "epoch": epoch,
         "history": list(run.history),  # a copy: in-process contexts keep the dict
@@ -280,7 +294,3 @@ def _checkpoint_state(run: _Run, epoch: int, **extra: Any) -> dict[str, Any] | N
         "model_config": run.config.model.model_dump(mode="json"),
         **extra,
     }
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    return model.module if hasattr(model, "module") else model

@@ -114,17 +114,26 @@ def _flat(value):
 
 
 def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame | None, tmp: str):
-    """The keyword arguments of ``mlflow.pyfunc.save_model``/``log_model`` for a state file."""
+    """The keyword arguments of ``mlflow.pyfunc.save_model``/``log_model`` for a state file.
+
+    A custom model (``model.kind: custom``) carries its factory's package too, so the model
+    rebuilds the user's network where neither trainflow nor the user's project is installed.
+    """
+    import torch
+
+    from training.model import factory
+
+    model_config = torch.load(state_path, map_location="cpu", weights_only=True)["model_config"]
     entry = os.path.join(tmp, "trainflow_model.py")
     Path(entry).write_text(_ENTRY)
     example = input_example(spec, raw_rows) if raw_rows is not None else None
     return {
         "python_model": entry,
-        "code_paths": [str(CODE_DIR)],
+        "code_paths": [str(CODE_DIR), *factory.code_paths(model_config)],
         "artifacts": {STATE_ARTIFACT: str(state_path)},
         "signature": signature(spec, example),
         "input_example": example,
-        "pip_requirements": requirements(),
+        "pip_requirements": requirements() + factory.requirements(model_config),
     }
 
 

@@ -1,4 +1,5 @@
-"""The networks, nothing else: an MLP for feature vectors and a small CNN for images.
+"""The networks, nothing else: an MLP for feature vectors, a small CNN and ResNet-18 for images,
+and a user's own network (``model.kind: custom``).
 
 Torch only: trainflow trains these classes and the registered model rebuilds them from the same
 file, so a checkpoint's ``state_dict`` keys always match.
@@ -12,6 +13,9 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from .custom import ModelSpec, build_custom
+from .resnet import ResNet18
 
 
 class MLP(nn.Module):
@@ -68,13 +72,21 @@ class CNN(nn.Module):
 
 
 def build_network(
-    model_config: Mapping[str, Any], input_shape: list[int], num_classes: int
+    model_config: Mapping[str, Any],
+    input_shape: list[int],
+    num_classes: int,
+    task: str = "classification",
 ) -> nn.Module:
     """The network of a model config (``ModelConfig`` as a plain dict, as checkpoints hold it)."""
+    kind = model_config.get("kind")
+    if kind == "custom":
+        return build_custom(model_config, ModelSpec.of(input_shape, num_classes, task))
     dropout = float(model_config.get("dropout", 0.0))
-    if model_config.get("kind") == "cnn":
-        if len(input_shape) != 3:
-            raise ValueError(f"model.kind=cnn needs an image shape [C, H, W], got {input_shape}")
+    if kind in ("cnn", "resnet18") and len(input_shape) != 3:
+        raise ValueError(f"model.kind={kind} needs an image shape [C, H, W], got {input_shape}")
+    if kind == "resnet18":
+        return ResNet18(list(input_shape), num_classes)
+    if kind == "cnn":
         return CNN(
             list(input_shape),
             num_classes,

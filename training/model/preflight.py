@@ -1,0 +1,99 @@
+"""The driver's check of a custom model before any Ray worker starts (``model.kind: custom``).
+
+The factory needs the data's shape and outputs; preprocessing (Ray Data) has not run yet, so
+they come from what the driver can read cheaply: a finished preprocessing output of the same
+fingerprint, else the files' footers or headers (the feature columns, or the image shape) and
+one read of the label column alone (its distinct values are the classes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from training.config import PipelineConfig
+from training.manifest import Manifest
+from training.model.factory import ModelSpec, check_factory
+from training.storage import filesystem
+
+
+def swept_params(config: PipelineConfig) -> dict[str, Any]:
+    """One value per swept ``model.params.<name>`` (the first a trial could take)."""
+    return {
+        key.split(".", 2)[2]: domain.probe_values()[0]
+        for key, domain in config.sweep.search_space.items()
+        if key.startswith("model.params.") and config.sweep.enabled
+    }
+
+
+def check_model_now(config: PipelineConfig) -> None:
+    """The same check from the config alone, for the CLI before Prefect, MLflow or Ray start
+    (seconds, not the half minute their start-up takes); the flow checks again."""
+    if config.model.kind != "custom":
+        return
+    from training.data.inputs import resolve_inputs
+    from training.storage import StorageLayout
+
+    endpoint = config.storage.endpoint_url
+    files = resolve_inputs(config.data, endpoint, StorageLayout.from_config(config).root)
+    check_factory(config.model, preview_spec(config, files, None), swept_params(config))
+
+
+def check_model(config: PipelineConfig, files: list[str], fingerprint: str) -> None:
+    """ConfigError naming ``model.factory`` unless the factory builds a fitting network."""
+    if config.model.kind != "custom":
+        return
+    from training.data.preprocess import load_manifest
+    from training.storage import StorageLayout
+
+    layout = StorageLayout.from_config(config)
+    manifest = load_manifest(layout.data_dir(fingerprint), layout.endpoint_url)
+    spec = preview_spec(config, files, manifest)
+    check_factory(config.model, spec, swept_params(config))
+
+
+def preview_spec(config: PipelineConfig, files: list[str], manifest: Manifest | None) -> ModelSpec:
+    """The spec the model will be built with, read on the driver."""
+    if manifest is not None:
+        return ModelSpec.of(manifest.spec.input_shape, manifest.spec.num_classes)
+    from training.data.inputs import input_format
+    from training.data.schema import check_schema
+
+    data, endpoint = config.data, config.storage.endpoint_url
+    fmt = input_format(data, files)
+    plan = check_schema(data, files, fmt, endpoint)
+    if data.image_shape:
+        shape = list(data.image_shape)
+    elif plan.features:
+        shape = [len(plan.features)]
+    else:
+        shape = [_first_array_width(files[0], fmt, plan.image, endpoint)]
+    return ModelSpec.of(shape, _distinct_labels(files, fmt, plan.label, endpoint))
+
+
+def _read_column(file: str, fmt: str, column: str, endpoint: str | None):
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    fs, path = filesystem(file, endpoint)
+    if fmt == "parquet":
+        return pq.read_table(path, columns=[column], filesystem=fs).column(column)
+    with fs.open_input_stream(path) as stream:
+        options = pacsv.ConvertOptions(include_columns=[column], strings_can_be_null=True)
+        return pacsv.read_csv(stream, convert_options=options).column(column)
+
+
+def _distinct_labels(files: list[str], fmt: str, label: str, endpoint: str | None) -> int:
+    import pyarrow.compute as pc
+
+    values: set = set()
+    for file in files:
+        values.update(v for v in pc.unique(_read_column(file, fmt, label, endpoint)).to_pylist())
+    values.discard(None)
+    return len(values)
+
+
+def _first_array_width(file: str, fmt: str, column: str | None, endpoint: str | None) -> int:
+    import numpy as np
+
+    cells = _read_column(file, fmt, column or "", endpoint).slice(0, 1).to_pylist()
+    return int(np.asarray(cells[0]).size) if cells else 0
