@@ -37,6 +37,7 @@ def warm_services(config: PipelineConfig) -> Iterator[None]:
     together; Ray is shut down on the way out whatever happens."""
     from prefect.settings import PREFECT_API_URL
 
+    from tasks.stages import connect_ray
     from training import cluster
     from training.tracking import store
 
@@ -51,7 +52,7 @@ def warm_services(config: PipelineConfig) -> Iterator[None]:
             # MLflow before Ray, as in the flow. A failure here is left to the flow, which
             # meets it again and reports it where users look (console and Prefect's logs).
             store.configure(config)
-            cluster.connect(config.ray)
+            connect_ray(config)  # the stages' own connection (a custom model's py_modules)
         except TrainflowError as exc:
             log.info("left to the flow to report: %s", exc)
         if prefect is not None:
