@@ -24,3 +24,42 @@ def gain(new: float, old: float, mode: Mode) -> float:
 def worst(mode: Mode) -> float:
     """A value every real score beats."""
     return float("-inf") if mode == "max" else float("inf")
+
+
+#: The metrics each task reports (validation ``val_*``, test ``test_*``).
+TASK_METRICS = {
+    "classification": {"val_accuracy", "val_loss", "test_accuracy", "test_macro_f1", "test_loss"},
+    "regression": {"val_loss", "val_rmse", "val_mae", "val_r2"}
+    | {"test_loss", "test_rmse", "test_mae", "test_r2"},
+}
+#: Every per-epoch metric the loop may report (either task), in display order.
+EPOCH_METRICS = ("train_loss", "val_loss", "val_accuracy", "val_rmse", "val_mae", "val_r2")
+# A classification metric a regression does not have -> the regression's own default.
+_REGRESSION_DEFAULT = {"accuracy": "rmse", "macro_f1": "rmse"}
+
+
+def for_task(metric: str, task: str) -> str | None:
+    """``metric`` as ``task`` knows it: a regression ranks by RMSE where the config names
+    accuracy or macro-F1 (the defaults, which are a classifier's); None if the task has no
+    such metric (RMSE of a classifier). Unknown names are left alone."""
+    if task == "regression":
+        split, _, name = metric.partition("_")
+        metric = f"{split}_{_REGRESSION_DEFAULT.get(name, name)}"
+    known = set().union(*TASK_METRICS.values())
+    if metric in known and metric not in TASK_METRICS.get(task, known):
+        return None
+    return metric
+
+
+def regression_metrics(sums: list[float], scale: float = 1.0, prefix: str = "val_") -> dict:
+    """RMSE, MAE and R² from sums over rows ``[n, sum e², sum |e|, sum y, sum y²]`` (errors
+    ``e`` and targets ``y`` in one unit; sums all-reduce across workers). ``scale`` takes RMSE
+    and MAE to the label's own unit (R² has none)."""
+    n, sse, sae, sum_y, sum_y2 = (float(v) for v in sums)
+    n_ = max(n, 1.0)
+    sst = sum_y2 - sum_y * sum_y / n_
+    return {
+        f"{prefix}rmse": scale * (sse / n_) ** 0.5,
+        f"{prefix}mae": scale * sae / n_,
+        f"{prefix}r2": 1.0 - sse / sst if sst > 0 else 0.0,
+    }

@@ -90,7 +90,8 @@ def read_split(manifest: Manifest, split: str, endpoint_url: str | None = None) 
 def load_split_arrays(
     manifest: Manifest, split: str, endpoint_url: str | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(features float32 [n, d], labels int64 [n], sample_ids int64 [n]) sorted by sample_id.
+    """(features float32 [n, d], labels [n], sample_ids int64 [n]) sorted by sample_id; labels
+    int64 class indices, or a regression's normalised float32 values.
 
     Plain pyarrow, no Ray: Tune trials call this.
     """
@@ -104,7 +105,8 @@ def load_split_arrays(
     width = manifest.spec.num_features
     vectors = table.column(FEATURES).combine_chunks()
     features = vectors.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-    labels = table.column(LABEL).to_numpy().astype(np.int64)
+    label_dtype = np.float32 if manifest.spec.is_regression else np.int64
+    labels = table.column(LABEL).to_numpy().astype(label_dtype)
     ids = table.column(SAMPLE_ID).to_numpy().astype(np.int64)
     if len(ids) != manifest.rows[split]:
         raise StorageError(
