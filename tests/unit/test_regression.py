@@ -398,3 +398,40 @@ def test_pyfunc_signature_outputs_one_double(regression_model):
     _, _, _, path = regression_model
     outputs = Model.load(path).signature.outputs.to_dict()
     assert outputs == [{"type": "double", "name": "prediction", "required": True}]
+
+
+def test_batch_predictor_appends_the_number_and_no_confidence(regression_model):
+    from training.inference.predictor import CONFIDENCE, TRUE_LABEL, PyfuncPredictor
+    from training.tracking import pyfunc
+
+    model, _, frame, path = regression_model
+    files = pyfunc.pack(path)
+    scored = PyfuncPredictor(files)(frame.drop(columns=["y"]))
+    assert list(scored.columns) == [*FEATURES, "prediction"] and CONFIDENCE not in scored
+    expected = model.predict(frame.drop(columns=["y"]))["prediction"]
+    np.testing.assert_allclose(scored["prediction"], expected)
+    evaluated = PyfuncPredictor(files, label_column="y")(frame)
+    assert list(evaluated.columns) == ["prediction", TRUE_LABEL]
+
+
+# -- the bundled demo ---------------------------------------------------------------------------
+
+
+def test_builtin_diabetes_is_written_once_from_scikit_learn(tmp_path):
+    import pyarrow.parquet as pq
+
+    from training.data.builtin import DIABETES_FEATURES, ensure_diabetes
+    from training.data.inputs import resolve_inputs
+
+    path = ensure_diabetes(tmp_path)
+    table = pq.read_table(path)
+    assert table.num_rows == 442
+    assert table.column_names == [*DIABETES_FEATURES, "label"]
+    labels = table.column("label").to_numpy()
+    assert labels.dtype == np.float64 and 25 <= labels.min() < labels.max() <= 346
+    assert ensure_diabetes(tmp_path) == path  # once
+    source = validate_config({"data": {"source": "builtin:diabetes"}}).data
+    assert resolve_inputs(source)[0].endswith("datasets/diabetes/diabetes.parquet")
+    unknown = validate_config({"data": {"source": "builtin:iris"}}).data
+    with pytest.raises(DataValidationError, match="builtin:diabetes"):
+        resolve_inputs(unknown)
