@@ -126,7 +126,8 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
         )
         tracker.log_text(parent, manifest.to_json(), "manifest.json")
         # The metrics the sweep ranks, checkpoints keep and the gate compares follow the task.
-        config = config.with_task(spec.task)
+        # (a regression's are its RMSE where the config names accuracy: metrics.follow_task)
+        config = config.with_overrides({"data.task": spec.task})
         progress.report(
             "preprocess",
             f"{sum(manifest.rows.values()):,} rows; task: {spec.task} "

@@ -13,11 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from training.dotted import describe_errors, flatten, set_dotted
 from training.errors import ConfigError
-from training.metrics import TASK_METRICS, direction, for_task
+from training.metrics import TestMetric, ValMetric, direction, follow_task
 from training.search_space import SearchDomain, check_search_key
 
 BUILTIN_DIGITS = "builtin:digits"
-BUILTIN_DIABETES = "builtin:diabetes"
 DIGITS_IMAGE_SHAPE = [1, 8, 8]
 
 
@@ -48,8 +47,7 @@ class DataConfig(_Section):
 
     source: str = Field(
         BUILTIN_DIGITS,
-        description="builtin:digits (classes), builtin:diabetes (regression), or a parquet/CSV "
-        "file or directory (local path or s3:// URI)",
+        description="builtin:digits|diabetes, or a parquet/CSV file or directory (local or s3://)",
     )
     format: Literal["auto", "parquet", "csv"] = Field(
         "auto", description="file format; auto infers it from the suffix"
@@ -65,9 +63,7 @@ class DataConfig(_Section):
         None, description="shape (C, H, W) of one image; needed by model.kind=cnn"
     )
     task: Literal["auto", "classification", "regression"] = Field(
-        "auto",
-        description="auto: float labels with many distinct values are regression; strings, "
-        "bools and small integer sets are classification",
+        "auto", description="auto: a float label with many values is a regression, else classes"
     )
     split: SplitConfig = Field(default_factory=SplitConfig)
 
@@ -225,11 +221,7 @@ class SweepConfig(_Section):
     workers_per_trial: int = Field(
         1, ge=1, description="1: plain Tune function trial; >1: each trial drives a TorchTrainer"
     )
-    metric: Literal["val_accuracy", "val_loss", "val_rmse", "val_mae", "val_r2"] = Field(
-        "val_accuracy",
-        description="ranked metric; a regression ranks by val_rmse where this names a "
-        "classification metric (the default)",
-    )
+    metric: ValMetric = Field("val_accuracy", description="ranked metric (regression: val_rmse)")
     mode: Literal["max", "min"] = Field("max", description="max | min")
     asha: AshaConfig = Field(default_factory=AshaConfig)
     search_space: dict[str, SearchDomain] = Field(default_factory=_default_search_space)
@@ -273,12 +265,8 @@ class SweepConfig(_Section):
 class GateConfig(_Section):
     """When a new model version may take the champion alias."""
 
-    metric: Literal[
-        "test_accuracy", "test_macro_f1", "test_loss", "test_rmse", "test_mae", "test_r2"
-    ] = Field(
-        "test_accuracy",
-        description="test metric compared with the current champion's; a regression gates on "
-        "test_rmse where this names a classification metric (the default)",
+    metric: TestMetric = Field(
+        "test_accuracy", description="test metric compared with the champion's (regression: rmse)"
     )
     min_delta: float = Field(0.0, ge=0, description="improvement required to move champion")
 
@@ -361,8 +349,8 @@ class PipelineConfig(_Section):
                 self.data.image_shape = list(DIGITS_IMAGE_SHAPE)
             else:
                 raise ValueError("model.kind=cnn needs data.image_shape, e.g. [1, 28, 28]")
-        if self.data.task != "auto":
-            self._metrics_of_task(self.data.task)
+        if self.data.task != "auto":  # a regression ranks, keeps and gates by RMSE
+            follow_task(self, self.data.task)
         if self.ray.address is None:
             self._check_fits_local_instance()
         if self.sweep.gpus_per_trial is not None and not self.train.use_gpu:
@@ -370,37 +358,6 @@ class PipelineConfig(_Section):
         for key, domain in self.sweep.search_space.items():
             check_search_key(self, key, domain)
         return self
-
-    def _metrics_of_task(self, task: str) -> None:
-        """The ranked, checkpoint and gate metrics of ``task``: a regression has no accuracy or
-        F1, so those (the defaults) become its RMSE; a classifier has no RMSE, MAE or R²."""
-        checkpoint, sweep, gate = self.train.checkpoint, self.sweep, self.mlflow.gate
-        for key, metric in (
-            ("sweep.metric", sweep.metric),
-            ("train.checkpoint.score_attribute", checkpoint.score_attribute),
-            ("mlflow.gate.metric", gate.metric),
-        ):
-            if for_task(metric, task) is None:
-                same_split = metric.split("_", 1)[0]
-                allowed = sorted(m for m in TASK_METRICS[task] if m.startswith(same_split))
-                raise ValueError(
-                    f"{key}={metric} is not a metric of {task}; use one of {allowed} (the task "
-                    "is data.task, or the one detected from the label when data.task=auto)"
-                )
-        if for_task(sweep.metric, task) != sweep.metric:
-            metric = for_task(sweep.metric, task)
-            # Both at once: the section's validator checks that mode fits metric.
-            self.sweep = sweep.model_copy(update={"metric": metric, "mode": direction(metric)})
-        if for_task(checkpoint.score_attribute, task) != checkpoint.score_attribute:
-            metric = for_task(checkpoint.score_attribute, task)
-            checkpoint.score_attribute = metric
-            checkpoint.score_order = direction(metric)
-        gate.metric = for_task(gate.metric, task)
-
-    def with_task(self, task: str) -> PipelineConfig:
-        """This config for the task preprocessing chose (``data.task`` set to it): the ranked,
-        checkpoint and gate metrics those of the task; a ConfigError if one cannot be."""
-        return self.with_overrides({"data.task": task})
 
     def _check_fits_local_instance(self) -> None:
         cpus_per_worker = self.train.resources_per_worker.get("CPU", 1.0)

@@ -17,6 +17,7 @@ from training.storage import atomic_path
 
 DIGITS_FILE = "digits.parquet"
 DIGITS_SIDE = 8
+BUILTIN_DIABETES = "builtin:diabetes"
 DIABETES_FILE = "diabetes.parquet"
 #: The diabetes set's ten baseline variables, as scikit-learn names them.
 DIABETES_FEATURES = ("age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6")

@@ -11,8 +11,8 @@ import os
 
 import pyarrow.fs as pafs
 
-from training.config import BUILTIN_DIABETES, BUILTIN_DIGITS, DataConfig
-from training.data.builtin import ensure_diabetes, ensure_digits
+from training.config import BUILTIN_DIGITS, DataConfig
+from training.data.builtin import BUILTIN_DIABETES, ensure_diabetes, ensure_digits
 from training.errors import DataValidationError, ServiceUnreachableError, StorageError
 from training.storage import filesystem, is_remote, join, trainflow_home, upload_file
 
