@@ -1,5 +1,5 @@
 """``python -m trainflow`` runs the CLI."""
 
-from trainflow.cli import app
+from trainflow.cli import main
 
-app(prog_name="trainflow")
+main()

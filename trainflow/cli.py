@@ -80,6 +80,7 @@ def run(
 ) -> None:
     """Run the whole pipeline: preprocess, sweep, train, evaluate, promote."""
     from trainflow.env import check_prefect_api, prepare_environment
+    from trainflow.warmup import warm_services
     from training.storage import trainflow_home
 
     if resume and run_id and resume != run_id:
@@ -95,7 +96,10 @@ def run(
         console.print(
             f"trainflow run: libraries log to {log.path}", highlight=False, soft_wrap=True
         )
-        with ProgressView(console, live=log.interactive and not verbose):
+        with (
+            ProgressView(console, live=log.interactive and not verbose),
+            warm_services(config),
+        ):
             summary = _run_pipeline(config, run_id)
     for line in summary_lines(summary, str(log.path)):
         console.print(line, highlight=False, soft_wrap=True)
@@ -250,8 +254,25 @@ app.command()(stack_commands.status)
 app.command()(stack_commands.deploy)
 
 
-def main() -> None:  # pragma: no cover - `python -m trainflow`
-    app()
+def main() -> None:  # pragma: no cover - the `trainflow` command and `python -m trainflow`
+    """The app, then a prompt exit.
+
+    After a run, the interpreter's own teardown (freeing torch, Ray's core worker, gRPC
+    channels, thousands of modules) took 5–8 s with nothing left to do. The atexit handlers
+    still run (Prefect's temporary server stops, logs flush); only that teardown is skipped.
+    """
+    import atexit
+    import os
+
+    try:
+        app(prog_name="trainflow")
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -75,11 +75,10 @@ def _rows_of_split(batch: pd.DataFrame, spec: dict, split_config: dict, split: s
     return batch[assign_splits(hashes, cfg) == split].reset_index(drop=True)
 
 
-def raw_split(manifest: Manifest, split: str, endpoint_url: str | None = None):
-    """The raw rows of one split (the input's own columns), read as preprocessing read them."""
+def _input_plan(manifest: Manifest):
+    """(data config, input files, read plan) as preprocessing had them."""
     from training.config import DataConfig
     from training.data.inputs import input_format
-    from training.data.read import read_input
     from training.data.schema import Plan
 
     spec = manifest.spec
@@ -88,6 +87,15 @@ def raw_split(manifest: Manifest, split: str, endpoint_url: str | None = None):
     plan = Plan(
         input_format(data, files), spec.label_column, spec.feature_columns, spec.image_column
     )
+    return data, files, plan
+
+
+def raw_split(manifest: Manifest, split: str, endpoint_url: str | None = None):
+    """The raw rows of one split (the input's own columns), read as preprocessing read them."""
+    from training.data.read import read_input
+
+    spec = manifest.spec
+    data, files, plan = _input_plan(manifest)
     return read_input(files, plan, endpoint_url).map_batches(
         _rows_of_split,
         fn_kwargs={"spec": spec.to_dict(), "split_config": data.split.model_dump(), "split": split},
@@ -97,8 +105,72 @@ def raw_split(manifest: Manifest, split: str, endpoint_url: str | None = None):
 
 
 def raw_rows(manifest: Manifest, split: str, rows: int, endpoint_url: str | None = None):
-    """A few raw rows of a split (the model's input example and signature types)."""
-    return raw_split(manifest, split, endpoint_url).limit(rows).to_pandas()
+    """A few raw rows of a split (the model's input example and signature types).
+
+    Read here with pyarrow, batch by batch, until enough rows of the split turned up: a Ray
+    Data pass for five rows cost seconds of task start-up per call on a small table.
+    """
+    found: list[pd.DataFrame] = []
+    for batch in raw_split_here(manifest, split, endpoint_url):
+        found.append(batch)
+        if sum(len(f) for f in found) >= rows:
+            break
+    if not found:
+        raise DataValidationError(f"the {split} split is empty; use more data or a larger split")
+    return pd.concat(found, ignore_index=True).head(rows)
+
+
+def raw_split_here(manifest: Manifest, split: str, endpoint_url: str | None = None):
+    """The raw rows of one split as pandas batches, read in this process (small inputs)."""
+    spec = manifest.spec
+    data, files, plan = _input_plan(manifest)
+    for batch in _local_batches(files, plan, endpoint_url):
+        yield _rows_of_split(batch, spec.to_dict(), data.split.model_dump(), split)
+
+
+def _local_batches(files: list[str], plan, endpoint_url: str | None):
+    """The input's plan columns as pandas batches, file by file, in this process."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from training.data.schema import csv_options
+    from training.storage import filesystem
+
+    for file in files:
+        fs, path = filesystem(file, endpoint_url)
+        if plan.fmt == "parquet":
+            with fs.open_input_file(path) as handle:
+                reader = pq.ParquetFile(handle)
+                for batch in reader.iter_batches(batch_size=4096, columns=plan.columns):
+                    yield batch.to_pandas()
+            continue
+        with fs.open_input_stream(path) as stream:
+            for batch in pacsv.open_csv(stream, **csv_options(plan)):
+                yield batch.to_pandas()
+
+
+#: A split this small is scored here, by the same pyfunc predictor, instead of in a Ray Data
+#: actor: the actor's start-up (a process importing torch and MLflow, loading the model) cost
+#: ~5 s on 2 cores for a few hundred rows. Larger splits stream through Ray Data.
+SCORE_HERE_BELOW_ROWS = 20_000
+
+
+def _scored_batches(files: dict[str, bytes], manifest: Manifest, split: str, endpoint_url):
+    """The split's rows scored by the pyfunc: pandas batches of model output + true label."""
+    label_column = manifest.spec.label_column
+    if manifest.rows.get(split, SCORE_HERE_BELOW_ROWS) < SCORE_HERE_BELOW_ROWS:
+        predictor = PyfuncPredictor(files, label_column=label_column, threads=None)
+        for batch in raw_split_here(manifest, split, endpoint_url):
+            yield predictor(batch)
+        return
+    scored = raw_split(manifest, split, endpoint_url).map_batches(
+        PyfuncPredictor,
+        fn_constructor_kwargs={"files": files, "label_column": label_column},
+        batch_size=512,
+        batch_format="pandas",
+        compute=single_actor(),
+    )
+    yield from scored.iter_batches(batch_size=4096, batch_format="pandas")
 
 
 def evaluate_model(
@@ -108,7 +180,7 @@ def evaluate_model(
     split: str = "test",
     endpoint_url: str | None = None,
 ) -> tuple[EvalResult, Scored]:
-    """Score a split's raw rows with a packed MLflow model (Ray Data, one actor). A model
+    """Score a split's raw rows with a packed MLflow model (in this process when small). A model
     without classes is a regression, and evaluates on regression data."""
     if (not classes) != manifest.spec.is_regression:
         kinds = ("a classifier", "a regression")
@@ -121,18 +193,11 @@ def evaluate_model(
             f"the model knows classes {classes} but the data has {manifest.spec.classes}; "
             "evaluate on data with the same label column and classes"
         )
-    scored = raw_split(manifest, split, endpoint_url).map_batches(
-        PyfuncPredictor,
-        fn_constructor_kwargs={"files": files, "label_column": manifest.spec.label_column},
-        batch_size=512,
-        batch_format="pandas",
-        compute=single_actor(),
-    )
     names = pyfunc.class_columns(list(classes))
     index = pd.Index(list(classes))
     labels, predictions, probs = [], [], []
     with our_errors():
-        for batch in scored.iter_batches(batch_size=4096, batch_format="pandas"):
+        for batch in _scored_batches(files, manifest, split, endpoint_url):
             labels.append(batch[TRUE_LABEL].to_numpy())
             predictions.append(batch[pyfunc.PREDICTION].to_numpy())
             probs.append(batch[names].to_numpy(dtype=np.float64))

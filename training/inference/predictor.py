@@ -85,8 +85,12 @@ class PyfuncPredictor:
     classifier, its confidence.
     """
 
-    def __init__(self, files: dict[str, bytes], label_column: str | None = None):
-        torch.set_num_threads(1)
+    def __init__(
+        self, files: dict[str, bytes], label_column: str | None = None, threads: int | None = 1
+    ):
+        """``threads``: torch threads of the actor's process (None: leave them as they are)."""
+        if threads is not None:
+            torch.set_num_threads(threads)
         self._dir = tempfile.mkdtemp(prefix="trainflow-model-")
         self.model = pyfunc.load_packed(files, self._dir)
         self.classes = [c.name for c in self.model.metadata.get_output_schema().inputs][1:]
