@@ -184,3 +184,36 @@ def test_batch_predictor_appends_the_number_and_no_confidence(regression_model):
     np.testing.assert_allclose(scored["prediction"], expected)
     evaluated = PyfuncPredictor(files, label_column="y")(frame)
     assert list(evaluated.columns) == ["prediction", TRUE_LABEL]
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def test_report_plots_a_regression_without_a_confusion_matrix(tmp_path):
+    from training.report.html import report_plots
+    from training.report.plots import learning_curves_figure, predicted_vs_actual_figure
+
+    actual = list(np.linspace(25, 346, 50))
+    predicted = [a * 0.8 + 30 for a in actual]
+    history = [
+        {"epoch": e, "train_loss": 1 / e, "val_loss": 1.2 / e, "val_rmse": 60 - e} for e in (1, 2)
+    ]
+    plots = report_plots(
+        str(tmp_path),
+        train_history=history,
+        per_class=[],
+        confusion=[],
+        class_names=[],
+        actual=actual,
+        predicted=predicted,
+    )
+    assert list(plots) == [
+        "final training: train/val curves",
+        "evaluation: predicted vs actual (test split)",
+        "evaluation: residuals (test split)",
+    ]
+    assert all((tmp_path / p).stat().st_size > 1000 for p in plots.values())
+    figure = predicted_vs_actual_figure(actual, predicted)
+    assert len(figure.axes[0].collections) == 1  # one scatter, beside the diagonal
+    curves = learning_curves_figure(history)
+    assert [ax.get_ylabel() for ax in curves.axes] == ["loss", "rmse"]  # RMSE on its own axis
