@@ -114,8 +114,26 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
             fingerprint,
             manifest.rows,
         )
-        tracker.set_tags(parent, {"data_fingerprint": fingerprint, "preprocess_cached": cached})
+        spec = manifest.spec
+        tracker.set_tags(
+            parent,
+            {
+                "data_fingerprint": fingerprint,
+                "preprocess_cached": cached,
+                "trainflow.task": spec.task,
+                "trainflow.task_reason": manifest.task_reason or f"data.task={spec.task}",
+            },
+        )
         tracker.log_text(parent, manifest.to_json(), "manifest.json")
+        # The metrics the sweep ranks, checkpoints keep and the gate compares follow the task.
+        # (a regression's are its RMSE where the config names accuracy: metrics.follow_task)
+        config = config.with_overrides({"data.task": spec.task})
+        progress.report(
+            "preprocess",
+            f"{sum(manifest.rows.values()):,} rows; task: {spec.task} "
+            f"({manifest.task_reason or 'data.task'})",
+            task=spec.task,
+        )
 
     best_config, sweep_outcome = config, None
     if config.sweep.enabled:
@@ -195,6 +213,8 @@ def _publish_report(
                 per_class=eval_result.per_class,
                 confusion=eval_result.confusion,
                 class_names=eval_result.class_names,
+                actual=eval_result.actual,
+                predicted=eval_result.predicted,
             )
             html = report_html(summary, config, plots, per_class=eval_result.per_class, links=links)
         tracker.log_text(parent, html, "report.html")

@@ -19,7 +19,7 @@ from training.inference.evaluate import EvalResult, evaluate_state, raw_rows
 from training.loop.trainer import TrainOutcome, train_final
 from training.manifest import Manifest
 from training.model import factory, preflight
-from training.report.plots import evaluation_plots, learning_curves_png
+from training.report.plots import evaluation_plots, learning_curves_png, regression_plots
 from training.report.sweep_plots import sweep_plots
 from training.report.trials import TrialRow, sweep_saving, trial_rows
 from training.storage import StorageLayout
@@ -195,7 +195,10 @@ def train(
     lineage.log_datasets(tracker, train_run, manifest, ["train", "val"])
     tracker.log_params(
         train_run,
-        {k: v for k, v in config.flat().items() if k.startswith(("train.", "model."))},
+        {
+            **{k: v for k, v in config.flat().items() if k.startswith(("train.", "model."))},
+            "task": manifest.spec.task,
+        },
     )
     outcome = train_final(config, manifest, run_id, StorageLayout.from_config(config))
     tracker.log_history(train_run, outcome.history, step_key="epoch")
@@ -225,7 +228,8 @@ def evaluate(
     config: PipelineConfig, manifest: Manifest, checkpoint_path: str, parent_run: str
 ) -> EvalResult:
     """Score the test split's raw rows through the pyfunc model the checkpoint becomes; log
-    trainflow's report and MLflow's own classifier evaluation of the same predictions."""
+    trainflow's report and MLflow's own evaluation (classifier or regressor) of the same
+    predictions."""
     connect_ray(config)
     tracker = store.configure(config)
     eval_run = tracker.start_child_run(parent_run, "evaluate", stage="evaluate")
@@ -239,12 +243,14 @@ def evaluate(
         raw_example=raw_rows(manifest, "test", pyfunc.EXAMPLE_ROWS, endpoint),
     )
     tracker.log_metrics(eval_run, result.metrics)
-    tracker.log_dict(eval_run, result.per_class, "per_class.json")
-    tracker.log_dict(
-        eval_run, {"classes": result.class_names, "matrix": result.confusion}, "confusion.json"
-    )
     with tempfile.TemporaryDirectory() as tmp:
-        plots = evaluation_plots(result.per_class, result.confusion, result.class_names, tmp)
+        if result.task == "regression":
+            plots = regression_plots(result.actual, result.predicted, tmp)
+        else:
+            tracker.log_dict(eval_run, result.per_class, "per_class.json")
+            confusion = {"classes": result.class_names, "matrix": result.confusion}
+            tracker.log_dict(eval_run, confusion, "confusion.json")
+            plots = evaluation_plots(result.per_class, result.confusion, result.class_names, tmp)
         for png in plots.values():
             tracker.log_artifact(eval_run, png, "plots")
     evaluation.evaluate_predictions(
@@ -252,12 +258,7 @@ def evaluate(
     )
     tracker.log_metrics(parent_run, result.metrics)
     tracker.end_run(eval_run)
-    progress.report(
-        "evaluate",
-        f"test accuracy {result.metrics['test_accuracy']:.4f}, "
-        f"macro-F1 {result.metrics['test_macro_f1']:.4f}",
-        metrics=result.metrics,
-    )
+    progress.report("evaluate", result.headline, metrics=result.metrics)
     return result
 
 
@@ -320,15 +321,20 @@ def promote(
         version=version["version"],
     )
     # The registry page: what the model is, and what the aliases mean.
+    outputs = (
+        "the predicted number in a `prediction` column"
+        if manifest.spec.is_regression
+        else "the predicted label and one probability per class"
+    )
     registry.describe_model(
         tracker,
-        f"{config.model.kind} classifier trained by trainflow on {manifest.source}. "
+        f"{config.model.kind} {manifest.spec.task} model trained by trainflow on "
+        f"{manifest.source}. "
         f"Alias `{registry.CHAMPION}`: the version in use; `{registry.CHALLENGER}`: the latest "
         f"candidate. Each version is tagged with its source run, data fingerprint, config "
         f"hash, git commit, test metrics and the gate's decision ({metric}). An MLflow pyfunc: "
         f"`mlflow.pyfunc.load_model('models:/{version['name']}@{registry.CHAMPION}')"
-        ".predict(raw_table)` returns the predicted label and one probability per class "
-        "(docs/serving.md).",
+        f".predict(raw_table)` returns {outputs} (docs/serving.md).",
     )
     tracker.set_tags(
         parent_run, {"model_version": version["version"], "gate": decision["decision"]}

@@ -228,8 +228,9 @@ def predict(
     config_file: Path | None = ConfigOption,
     overrides: list[str] | None = SetOption,
 ) -> None:
-    """Predict labels for new rows through the MLflow pyfunc model; writes the input columns
-    plus prediction, one probability column per class, and confidence."""
+    """Predict labels (or a regression's numbers) for new rows through the MLflow pyfunc model;
+    writes the input columns plus prediction, and for a classifier one probability column per
+    class and confidence."""
     from trainflow.env import prepare_environment
 
     config = _load(config_file, overrides)

@@ -12,9 +12,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from training.capacity import check_fits_local_instance
 from training.dotted import describe_errors, flatten, set_dotted
 from training.errors import ConfigError
-from training.metrics import direction
+from training.metrics import TestMetric, ValMetric, direction, follow_task
 from training.search_space import SearchDomain, check_search_key
 
 BUILTIN_DIGITS = "builtin:digits"
@@ -50,7 +51,7 @@ class DataConfig(_Section):
 
     source: str = Field(
         BUILTIN_DIGITS,
-        description="builtin:digits, or a parquet/CSV file or directory (local path or s3:// URI)",
+        description="builtin:digits|diabetes, or a parquet/CSV file or directory (local or s3://)",
     )
     format: Literal["auto", "parquet", "csv"] = Field(
         "auto", description="file format; auto infers it from the suffix"
@@ -64,6 +65,9 @@ class DataConfig(_Section):
     )
     image_shape: list[int] | None = Field(
         None, description="shape (C, H, W) of one image; needed by model.kind=cnn"
+    )
+    task: Literal["auto", "classification", "regression"] = Field(
+        "auto", description="auto: a float label with many values is a regression, else classes"
     )
     split: SplitConfig = Field(default_factory=SplitConfig)
 
@@ -221,7 +225,7 @@ class SweepConfig(_Section):
     workers_per_trial: int = Field(
         1, ge=1, description="1: plain Tune function trial; >1: each trial drives a TorchTrainer"
     )
-    metric: Literal["val_accuracy", "val_loss"] = Field("val_accuracy", description="ranked metric")
+    metric: ValMetric = Field("val_accuracy", description="ranked metric (regression: val_rmse)")
     mode: Literal["max", "min"] = Field("max", description="max | min")
     asha: AshaConfig = Field(default_factory=AshaConfig)
     search_space: dict[str, SearchDomain] = Field(default_factory=_default_search_space)
@@ -270,8 +274,8 @@ class SweepConfig(_Section):
 class GateConfig(_Section):
     """When a new model version may take the champion alias."""
 
-    metric: Literal["test_accuracy", "test_macro_f1", "test_loss"] = Field(
-        "test_accuracy", description="test metric compared with the current champion's"
+    metric: TestMetric = Field(
+        "test_accuracy", description="test metric compared with the champion's (regression: rmse)"
     )
     min_delta: float = Field(0.0, ge=0, description="improvement required to move champion")
 
@@ -356,29 +360,15 @@ class PipelineConfig(_Section):
                 raise ValueError(
                     f"model.kind={self.model.kind} needs data.image_shape, e.g. [1, 28, 28]"
                 )
+        if self.data.task != "auto":  # a regression ranks, keeps and gates by RMSE
+            follow_task(self, self.data.task)
         if self.ray.address is None:
-            self._check_fits_local_instance()
+            check_fits_local_instance(self.train, self.sweep, self.ray)
         if self.sweep.gpus_per_trial is not None and not self.train.use_gpu:
             raise ValueError("sweep.gpus_per_trial needs train.use_gpu=true")
         for key, domain in self.sweep.search_space.items():
             check_search_key(self, key, domain)
         return self
-
-    def _check_fits_local_instance(self) -> None:
-        cpus_per_worker = self.train.resources_per_worker.get("CPU", 1.0)
-        needed = self.train.min_workers * cpus_per_worker
-        if needed > self.ray.num_cpus:
-            raise ValueError(
-                f"train.num_workers={self.train.num_workers} x {cpus_per_worker} CPU needs "
-                f"{needed:g} CPUs but the local Ray instance has ray.num_cpus={self.ray.num_cpus}; "
-                "lower train.num_workers or raise ray.num_cpus"
-            )
-        per_trial = self.sweep.workers_per_trial * cpus_per_worker
-        if self.sweep.enabled and per_trial > self.ray.num_cpus:
-            raise ValueError(
-                f"sweep.workers_per_trial={self.sweep.workers_per_trial} needs {per_trial:g} CPUs "
-                f"but ray.num_cpus={self.ray.num_cpus}; lower it or raise ray.num_cpus"
-            )
 
     def with_overrides(self, overrides: dict[str, Any]) -> PipelineConfig:
         """A validated copy with dotted-path overrides applied (e.g. a trial's params)."""

@@ -30,6 +30,11 @@ class FeatureSpec:
     std: list[float]
     feature_columns: list[str] | None = None
     image_column: str | None = None
+    task: str = "classification"  # or "regression": classes is empty, the label a number
+    # A regression's label normalisation, fitted on train only: the model learns
+    # (label - label_mean) / label_std and predictions are mapped back.
+    label_mean: float = 0.0
+    label_std: float = 1.0
 
     @property
     def num_features(self) -> int:
@@ -38,6 +43,15 @@ class FeatureSpec:
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+    @property
+    def is_regression(self) -> bool:
+        return self.task == "regression"
+
+    @property
+    def num_outputs(self) -> int:
+        """The network's outputs: one per class, or the one number of a regression."""
+        return 1 if self.is_regression else self.num_classes
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,10 +70,11 @@ class Manifest:
     data_dir: str
     split_uris: dict[str, str]
     rows: dict[str, int]
-    class_counts: dict[str, dict[str, int]]
+    class_counts: dict[str, dict[str, int]]  # a regression's are empty
     spec: FeatureSpec
     preprocessing: dict[str, Any] = field(default_factory=dict)
     input_files: list[str] = field(default_factory=list)
+    task_reason: str = ""  # why preprocessing chose spec.task (printed and logged)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 Mode = Literal["max", "min"]
+#: The validation metrics a sweep may rank by, and the test metrics a gate may compare.
+ValMetric = Literal["val_accuracy", "val_loss", "val_rmse", "val_mae", "val_r2"]
+TestMetric = Literal[
+    "test_accuracy", "test_macro_f1", "test_loss", "test_rmse", "test_mae", "test_r2"
+]
 
 # Errors and losses go down as a model gets better; every other metric (accuracy, F1, R²) goes up.
 _LOWER_IS_BETTER = ("loss", "rmse", "mse", "mae")
@@ -24,3 +29,72 @@ def gain(new: float, old: float, mode: Mode) -> float:
 def worst(mode: Mode) -> float:
     """A value every real score beats."""
     return float("-inf") if mode == "max" else float("inf")
+
+
+#: The metrics each task reports (validation ``val_*``, test ``test_*``).
+TASK_METRICS = {
+    "classification": {"val_accuracy", "val_loss", "test_accuracy", "test_macro_f1", "test_loss"},
+    "regression": {"val_loss", "val_rmse", "val_mae", "val_r2"}
+    | {"test_loss", "test_rmse", "test_mae", "test_r2"},
+}
+#: Every per-epoch metric the loop may report (either task), in display order.
+EPOCH_METRICS = ("train_loss", "val_loss", "val_accuracy", "val_rmse", "val_mae", "val_r2")
+# A classification metric a regression does not have -> the regression's own default.
+_REGRESSION_DEFAULT = {"accuracy": "rmse", "macro_f1": "rmse"}
+
+
+def for_task(metric: str, task: str) -> str | None:
+    """``metric`` as ``task`` knows it: a regression ranks by RMSE where the config names
+    accuracy or macro-F1 (the defaults, which are a classifier's); None if the task has no
+    such metric (RMSE of a classifier). Unknown names are left alone."""
+    if task == "regression":
+        split, _, name = metric.partition("_")
+        metric = f"{split}_{_REGRESSION_DEFAULT.get(name, name)}"
+    known = set().union(*TASK_METRICS.values())
+    if metric in known and metric not in TASK_METRICS.get(task, known):
+        return None
+    return metric
+
+
+def follow_task(config: Any, task: str) -> None:
+    """Set a ``PipelineConfig``'s ranked, checkpoint and gate metrics to those ``task`` has
+    (:func:`for_task`): a regression has no accuracy or F1, so those (the defaults) become its
+    RMSE, with mode/order min; a ``ValueError`` names a metric the task does not have (a
+    classifier's RMSE). ``PipelineConfig`` calls it when ``data.task`` is set, and the flow sets
+    it to the task preprocessing chose."""
+    sweep, checkpoint, gate = config.sweep, config.train.checkpoint, config.mlflow.gate
+    wanted = {
+        "sweep.metric": sweep.metric,
+        "train.checkpoint.score_attribute": checkpoint.score_attribute,
+        "mlflow.gate.metric": gate.metric,
+    }
+    for key, metric in wanted.items():
+        wanted[key] = for_task(metric, task)
+        if wanted[key] is None:
+            same_split = metric.split("_", 1)[0]
+            allowed = sorted(m for m in TASK_METRICS[task] if m.startswith(same_split))
+            raise ValueError(
+                f"{key}={metric} is not a metric of {task}; use one of {allowed} (the task "
+                "is data.task, or the one detected from the label when data.task=auto)"
+            )
+    metric = wanted["sweep.metric"]
+    if metric != sweep.metric:  # both at once: the section checks that its mode fits the metric
+        config.sweep = sweep.model_copy(update={"metric": metric, "mode": direction(metric)})
+    score = wanted["train.checkpoint.score_attribute"]
+    if score != checkpoint.score_attribute:
+        checkpoint.score_attribute, checkpoint.score_order = score, direction(score)
+    gate.metric = wanted["mlflow.gate.metric"]
+
+
+def regression_metrics(sums: list[float], scale: float = 1.0, prefix: str = "val_") -> dict:
+    """RMSE, MAE and R² from sums over rows ``[n, sum e², sum |e|, sum y, sum y²]`` (errors
+    ``e`` and targets ``y`` in one unit; sums all-reduce across workers). ``scale`` takes RMSE
+    and MAE to the label's own unit (R² has none)."""
+    n, sse, sae, sum_y, sum_y2 = (float(v) for v in sums)
+    n_ = max(n, 1.0)
+    sst = sum_y2 - sum_y * sum_y / n_
+    return {
+        f"{prefix}rmse": scale * (sse / n_) ** 0.5,
+        f"{prefix}mae": scale * sae / n_,
+        f"{prefix}r2": 1.0 - sse / sst if sst > 0 else 0.0,
+    }

@@ -33,7 +33,8 @@ def _refused(tmp_path, data: DataConfig, *fragments: str) -> DataValidationError
 
 
 def test_continuous_label_column_is_not_a_class_label(ray_local, tmp_path):
-    # A wrong dtype for a label: floats of a regression target, one "class" per row.
+    # A wrong dtype for a label: floats of a regression target, one "class" per row. With
+    # data.task=auto such a label is a regression (issue 15); asked to classify, it is refused.
     rng = np.random.default_rng(0)
     n = 1200
     table = pa.table(
@@ -42,10 +43,11 @@ def test_continuous_label_column_is_not_a_class_label(ray_local, tmp_path):
     pq.write_table(table, tmp_path / "t.parquet")
     _refused(
         tmp_path,
-        DataConfig(source=str(tmp_path / "t.parquet")),
+        DataConfig(source=str(tmp_path / "t.parquet"), task="classification"),
         "label column 'label'",
         "not a class label",
         "data.label_column",
+        "data.task=regression",
     )
 
 

@@ -30,7 +30,7 @@ from training.overrides import load_config
     ],
 )
 def test_models_map_batches_to_logits(cfg, shape, expected_type):
-    model = build_model(cfg, shape, num_classes=7)
+    model = build_model(cfg, shape, 7)
     assert isinstance(model, expected_type)
     flat = torch.randn(5, int(np.prod(shape)))
     assert model(flat).shape == (5, 7)

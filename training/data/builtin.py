@@ -1,6 +1,7 @@
-"""The bundled real data set: scikit-learn's 8x8 digits, written once as parquet.
+"""The bundled real data sets, written once as parquet: scikit-learn's 8x8 digits
+(classification; also upscaled to 1x32x32 images) and its diabetes set (regression).
 
-Nothing downloads: the digits ship inside scikit-learn.
+Nothing downloads: both ship inside scikit-learn.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from training.storage import atomic_path
 
 DIGITS_FILE = "digits.parquet"
 DIGITS_SIDE = 8
+BUILTIN_DIABETES = "builtin:diabetes"
+DIABETES_FILE = "diabetes.parquet"
+#: The diabetes set's ten baseline variables, as scikit-learn names them.
+DIABETES_FEATURES = ("age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6")
 
 
 @functools.lru_cache(maxsize=1)  # load_digits parses a gzipped CSV: once per process is enough
@@ -69,4 +74,24 @@ def ensure_digits32(home: Path) -> str:
         image = pa.FixedSizeListArray.from_arrays(flat, DIGITS32_SIDE * DIGITS32_SIDE)
         with atomic_path(path) as tmp:
             pq.write_table(pa.table({"image": image, "label": labels}), tmp)
+    return str(path)
+
+
+def ensure_diabetes(home: Path) -> str:
+    """Write scikit-learn's diabetes set to ``<home>/datasets/diabetes/diabetes.parquet`` once.
+
+    442 patients: the ten baseline variables in their own units (``age``, ``sex``, ``bmi``,
+    ``bp``, ``s1`` ... ``s6``; float64) and ``label`` (float64, 25..346), a measure of disease
+    progression one year later.
+    """
+    path = Path(home) / "datasets" / "diabetes" / DIABETES_FILE
+    if not path.exists():
+        from sklearn.datasets import load_diabetes
+
+        bunch = load_diabetes(scaled=False)
+        data = np.asarray(bunch.data, dtype=np.float64)
+        columns = {name: data[:, i] for i, name in enumerate(DIABETES_FEATURES)}
+        columns["label"] = np.asarray(bunch.target, dtype=np.float64)
+        with atomic_path(path) as tmp:
+            pq.write_table(pa.table(columns), tmp)
     return str(path)

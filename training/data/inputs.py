@@ -12,13 +12,25 @@ import os
 import pyarrow.fs as pafs
 
 from training.config import BUILTIN_DIGITS, DataConfig
-from training.data.builtin import DIGITS32, ensure_digits, ensure_digits32
+from training.data.builtin import (
+    BUILTIN_DIABETES,
+    DIGITS32,
+    ensure_diabetes,
+    ensure_digits,
+    ensure_digits32,
+)
 from training.errors import DataValidationError, ServiceUnreachableError, StorageError
 from training.storage import filesystem, is_remote, join, trainflow_home, upload_file
 
 # Bump when the output of preprocessing changes for the same input and config: old caches die.
 PREPROCESS_VERSION = "1"
 _SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+#: The bundled data sets: name -> the function that writes them under the home.
+BUILTIN = {
+    BUILTIN_DIGITS: ensure_digits,
+    DIGITS32: ensure_digits32,
+    BUILTIN_DIABETES: ensure_diabetes,
+}
 
 
 def _uri(source: str, path: str) -> str:
@@ -33,23 +45,22 @@ def _hidden(relative: str) -> bool:
 def resolve_inputs(
     data: DataConfig, endpoint_url: str | None = None, storage_root: str | None = None
 ) -> list[str]:
-    """The input files of ``data.source``: the bundled digits, one file, or a directory's files.
+    """The input files of ``data.source``: a bundled set, one file, or a directory's files.
 
-    With a remote ``storage_root`` the bundled digits are copied there first: on a cluster, read
+    With a remote ``storage_root`` a bundled set is copied there first: on a cluster, read
     tasks run on nodes that do not share the driver's disk.
     """
     source = data.source
-    if source in (BUILTIN_DIGITS, DIGITS32):
-        make = ensure_digits if source == BUILTIN_DIGITS else ensure_digits32
-        local = make(trainflow_home())
+    if source in BUILTIN:
+        local = BUILTIN[source](trainflow_home())
         if storage_root and is_remote(storage_root):
-            folder = os.path.basename(os.path.dirname(local))
-            target = join(storage_root, "datasets", folder, os.path.basename(local))
+            name = source.removeprefix("builtin:")
+            target = join(storage_root, "datasets", name, os.path.basename(local))
             return [upload_file(local, target, endpoint_url)]
         return [local]
     if source.startswith("builtin:"):
         raise DataValidationError(
-            f"unknown built-in data set {source!r}; use {BUILTIN_DIGITS}, {DIGITS32} or a "
+            f"unknown built-in data set {source!r}; use one of {sorted(BUILTIN)} or a "
             "parquet/CSV path"
         )
     fs, path = filesystem(source, endpoint_url)

@@ -1,7 +1,8 @@
 """The preprocessing stage: read, validate, split, fit train statistics, transform, write parquet.
 
 The output directory ``<storage>/data/<fingerprint>/`` holds ``split=train|val|test/*.parquet``
-with columns ``features`` (fixed-size float32 list), ``label`` (int64 class index) and
+with columns ``features`` (fixed-size float32 list), ``label`` (int64 class index, or a
+regression's float32 label normalised by the train split's mean and std) and
 ``sample_id`` (int64 row hash), and ``manifest.json``, written last as the completion marker.
 """
 
@@ -95,11 +96,11 @@ def preprocess(
             stats.add(pickle.loads(row["summary"]))
             if every.due():
                 progress.report("preprocess", f"{stats.rows:,} rows read", rows_read=stats.rows)
-    classes = validate(stats, data, plan, files, in_endpoint)
+    task, reason, classes = validate(stats, data, plan, files, in_endpoint)
     progress.report(
         "preprocess", f"{stats.rows:,} rows read and validated", rows_validated=stats.rows
     )
-    spec = feature_spec(stats, data, plan, classes)
+    spec = feature_spec(stats, data, plan, classes, task)
 
     rows_out = _per_batch(
         ds, output_rows, {"spec": spec, "split": data.split}, udf_modifying_row_count=False
@@ -108,10 +109,16 @@ def preprocess(
         _write(rows_out, data_dir, layout.endpoint_url)
 
     manifest = _manifest(fingerprint, data, data_dir, files, stats, spec)
+    manifest.task_reason = reason
     # Last: the manifest is the completion marker.
     write_text_atomic(join(data_dir, MANIFEST_FILE), manifest.to_json(), layout.endpoint_url)
-    log.info("preprocessed %d rows into %s", stats.rows, data_dir)
-    progress.report("preprocess", f"{stats.rows:,} rows written", rows_written=stats.rows)
+    log.info("preprocessed %d rows into %s; task %s (%s)", stats.rows, data_dir, task, reason)
+    progress.report(
+        "preprocess",
+        f"{stats.rows:,} rows written; task: {task} ({reason})",
+        rows_written=stats.rows,
+        task=task,
+    )
     return manifest
 
 
@@ -133,7 +140,7 @@ def _manifest(
         source=data.source,
         data_dir=data_dir,
         split_uris={s: join(data_dir, f"{SPLIT}={s}") for s in SPLITS},
-        rows={s: sum(class_counts[s].values()) for s in SPLITS},
+        rows={s: int(stats.split_rows[s]) for s in SPLITS},
         class_counts=class_counts,
         spec=spec,
         preprocessing=data.model_dump(mode="json"),

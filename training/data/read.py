@@ -98,7 +98,8 @@ def load_split_arrays(
     sample_rows: int | None = None,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(features float32 [n, d], labels int64 [n], sample_ids int64 [n]) sorted by sample_id.
+    """(features float32 [n, d], labels [n], sample_ids int64 [n]) sorted by sample_id; labels
+    int64 class indices, or a regression's normalised float32 values.
 
     Plain pyarrow, no Ray: Tune trials call this. With ``sample_rows`` smaller than the split,
     only a seeded sample of that many rows (the smallest ``sample_keys``) is kept, read batch by
@@ -117,6 +118,7 @@ def load_split_arrays(
         keys = sample_keys(ids.astype(np.int64), seed)
         keep = np.partition(keys, sample_rows - 1)[sample_rows - 1]
     width = manifest.spec.num_features
+    label_dtype = np.float32 if manifest.spec.is_regression else np.int64
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     # Little read-ahead: pyarrow's default (16 batches x 4 files) holds ~0.5 GB of a wide split.
     batches = dataset.to_batches(
@@ -132,9 +134,9 @@ def load_split_arrays(
         if keep is not None:
             mask = sample_keys(ids, seed) <= keep
             features, labels, ids = features[mask], labels[mask], ids[mask]
-        parts.append((features.astype(np.float32, copy=True), labels.astype(np.int64), ids))
+        parts.append((features.astype(np.float32, copy=True), labels.astype(label_dtype), ids))
     features = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, width), np.float32)
-    labels = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    labels = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, label_dtype)
     ids = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
     if keep is None:
         _check_rows(len(ids), expected, uri, manifest)

@@ -143,7 +143,8 @@ def labels_of(batch: pd.DataFrame, column: str) -> pd.Series:
 def transform_batch(
     batch: pd.DataFrame, spec: FeatureSpec, with_labels: bool
 ) -> dict[str, np.ndarray]:
-    """Raw rows -> {"features": float32 [n, num_features], "label": int64 [n]} (label optional)."""
+    """Raw rows -> {"features": float32 [n, num_features], "label": int64 [n]} (label optional;
+    a regression's label is float32, normalised by the train split's label mean and std)."""
     raw = feature_matrix(batch, spec.feature_columns, spec.image_column)
     if len(raw) == 0:  # an empty block: an image column cannot tell its width
         raw = raw.reshape(0, spec.num_features)
@@ -156,7 +157,10 @@ def transform_batch(
     mean = np.asarray(spec.mean, dtype=np.float64)
     std = np.asarray(spec.std, dtype=np.float64)
     out = {"features": ((raw - mean) / std).astype(np.float32)}
-    if with_labels:
+    if with_labels and spec.is_regression:
+        labels = labels_of(batch, spec.label_column).to_numpy(dtype=np.float64, na_value=np.nan)
+        out["label"] = normalise_labels(labels, spec).astype(np.float32)
+    elif with_labels:
         labels = labels_of(batch, spec.label_column)
         codes = pd.Index(spec.classes).get_indexer(labels)
         if (codes < 0).any():
@@ -168,6 +172,16 @@ def transform_batch(
             )
         out["label"] = codes.astype(np.int64)
     return out
+
+
+def normalise_labels(labels: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+    """A regression's labels in the unit the model learns: minus the train mean, over its std."""
+    return (np.asarray(labels, dtype=np.float64) - spec.label_mean) / spec.label_std
+
+
+def denormalise_labels(values: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+    """The inverse of :func:`normalise_labels`: model outputs back in the label's own unit."""
+    return np.asarray(values, dtype=np.float64) * spec.label_std + spec.label_mean
 
 
 def output_rows(batch: pd.DataFrame, spec: FeatureSpec, split: SplitConfig) -> pa.Table:

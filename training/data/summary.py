@@ -1,5 +1,7 @@
 """One pass over the rows, batch by batch on the workers: each batch becomes a tiny summary
-(split and class counts, missing labels, non-finite values, train moments) that the driver adds up.
+(split and class counts, missing labels, non-finite values, train moments of the features and of
+a numeric label) that the driver adds up. Class counts stop at ``MAX_CLASSES`` distinct values:
+a continuous label (regression) has as many values as rows.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pandas as pd
 from training.config import SplitConfig
 from training.data.rows import assign_splits, feature_matrix, hash_rows, labels_of, missing_labels
 from training.data.schema import Plan
+from training.data.task import MAX_CLASSES, label_kind
 from training.errors import DataValidationError
 from training.manifest import SPLITS
 
@@ -35,9 +38,12 @@ def batch_summary(batch: pd.DataFrame, plan: Plan, split: SplitConfig) -> dict[s
     splits = assign_splits(hash_rows(raw, labels, split.seed), split)
     null = missing_labels(labels)
     frame = pd.DataFrame({"split": splits[~null], "label": labels[~null].to_numpy()})
-    counts: dict[str, dict[Any, int]] = {s: {} for s in SPLITS}
-    for (s, value), n in frame.groupby(["split", "label"], sort=False).size().items():
-        counts[s][value.item() if hasattr(value, "item") else value] = int(n)
+    counts: dict[str, dict[Any, int]] | None = {s: {} for s in SPLITS}
+    if frame["label"].nunique() > MAX_CLASSES:
+        counts = None  # a continuous label: its values are not classes worth counting
+    else:
+        for (s, value), n in frame.groupby(["split", "label"], sort=False).size().items():
+            counts[s][value.item() if hasattr(value, "item") else value] = int(n)
     bad = (~np.isfinite(raw)).sum(axis=0)
     names = plan.features or [plan.image] * raw.shape[1]
     nonfinite: dict[str, int] = {}
@@ -51,10 +57,28 @@ def batch_summary(batch: pd.DataFrame, plan: Plan, split: SplitConfig) -> dict[s
         "rows": len(batch),
         "width": raw.shape[1],
         "class_counts": counts,
+        "split_rows": {s: int(n) for s, n in frame["split"].value_counts().items()},
         "null_labels": int(null.sum()),
         "nonfinite": nonfinite,
         "train": (len(train), mean, m2),
+        **_label_summary(labels[~null], splits[~null]),
     }
+
+
+def _label_summary(labels: pd.Series, splits: np.ndarray) -> dict[str, Any]:
+    """The label's kind, its infinite values, whether any has a fraction, train moments."""
+    kind = label_kind(labels)
+    out: dict[str, Any] = {"label_kind": kind, "inf_labels": 0, "fractional": False}
+    if kind not in ("int", "float"):
+        return out
+    values = labels.to_numpy(dtype=np.float64, na_value=np.nan)
+    finite = np.isfinite(values)
+    train = values[finite & (splits == "train")]
+    mean = float(train.mean()) if len(train) else 0.0
+    out["inf_labels"] = int((~finite).sum())
+    out["fractional"] = bool((values[finite] % 1 != 0).any())
+    out["label_train"] = (len(train), mean, float(((train - mean) ** 2).sum()))
+    return out
 
 
 def _merge_moments(a: tuple, b: tuple) -> tuple:
@@ -75,10 +99,23 @@ class Stats:
 
     rows: int = 0
     widths: set | None = None
-    class_counts: dict | None = None
+    class_counts: dict | None = None  # split -> label value -> rows; empty once many_values
+    split_rows: dict | None = None  # split -> rows with a label
+    many_values: bool = False  # more than MAX_CLASSES distinct labels: counting stopped
     null_labels: int = 0
     nonfinite: dict | None = None
     train: tuple = (0, 0.0, 0.0)
+    label_kinds: set | None = None  # label_kind of each batch: bool, int, float, other
+    inf_labels: int = 0
+    fractional: bool = False
+    label_train: tuple = (0, 0.0, 0.0)  # count, mean, M2 of a numeric label's train values
+
+    @property
+    def distinct_labels(self) -> int:
+        """Distinct label values, or MAX_CLASSES + 1 once there were more."""
+        if self.many_values:
+            return MAX_CLASSES + 1
+        return len({v for per_class in (self.class_counts or {}).values() for v in per_class})
 
     def add(self, part: dict[str, Any]) -> None:
         """Add one batch's summary; a batch's validation error is raised here, on the driver."""
@@ -89,9 +126,22 @@ class Stats:
         self.rows += part["rows"]
         self.widths = (self.widths or set()) | {part["width"]}
         self.class_counts = self.class_counts or {s: {} for s in SPLITS}
-        for s, per_class in part["class_counts"].items():
-            for value, n in per_class.items():
-                self.class_counts[s][value] = self.class_counts[s].get(value, 0) + n
+        self.split_rows = self.split_rows or dict.fromkeys(SPLITS, 0)
+        for s, n in part["split_rows"].items():
+            self.split_rows[s] += n
+        self.many_values = self.many_values or part["class_counts"] is None
+        if not self.many_values:
+            for s, per_class in part["class_counts"].items():
+                for value, n in per_class.items():
+                    self.class_counts[s][value] = self.class_counts[s].get(value, 0) + n
+            self.many_values = self.distinct_labels > MAX_CLASSES
+        if self.many_values:
+            self.class_counts = {s: {} for s in SPLITS}
+        self.label_kinds = (self.label_kinds or set()) | {part["label_kind"]}
+        self.inf_labels += part["inf_labels"]
+        self.fractional = self.fractional or part["fractional"]
+        if "label_train" in part:
+            self.label_train = _merge_moments(self.label_train, part["label_train"])
         self.null_labels += part["null_labels"]
         self.nonfinite = self.nonfinite or {}
         for name, n in part["nonfinite"].items():

@@ -1,5 +1,5 @@
-"""What the summary of the whole input decides: refuse data a classifier cannot learn from, or
-fix the classes and the normalisation (train statistics) of every row."""
+"""What the summary of the whole input decides: the task (classification or regression), refusing
+data it cannot learn from, and the classes and normalisation (train statistics) of every row."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from training.data.columns import check_image_shape, ragged
 from training.data.diagnose import locate_missing_labels
 from training.data.schema import Plan
 from training.data.summary import Stats
+from training.data.task import MAX_CLASSES, REGRESSION, choose_task
 from training.errors import DataValidationError
 from training.manifest import SPLITS, FeatureSpec
 
-MAX_CLASSES = 1000
+__all__ = ["MAX_CLASSES", "feature_spec", "validate"]
 
 
 def _sorted_classes(values: set) -> list[Any]:
@@ -29,21 +30,57 @@ def _sorted_classes(values: set) -> list[Any]:
 
 def validate(
     stats: Stats, data: DataConfig, plan: Plan, files: list[str], endpoint_url: str | None = None
-) -> list[Any]:
-    """Raise on unusable data; return the sorted classes."""
+) -> tuple[str, str, list[Any]]:
+    """Raise on unusable data; return the task, why it was chosen, and the sorted classes
+    (none for a regression)."""
     _check_values(stats, data, plan, files, endpoint_url)
+    label = data.label_column
+    task, reason = choose_task(
+        data.task, label, stats.label_kinds, stats.distinct_labels, stats.fractional
+    )
+    if stats.inf_labels:
+        raise DataValidationError(
+            f"{stats.inf_labels} of {stats.rows} rows have an infinite value in label column "
+            f"{label!r}; drop or fix those rows before training"
+        )
+    for s in SPLITS:
+        if not stats.split_rows[s]:
+            raise DataValidationError(
+                f"the {s} split got no rows out of {stats.rows}; add rows or raise data.split.val"
+                "/test"
+            )
+    if task == REGRESSION:
+        _check_regression(stats, data)
+        return task, reason, []
+    if stats.many_values:
+        raise DataValidationError(
+            f"label column {label!r} has more than {MAX_CLASSES} distinct values; it is not a "
+            "class label: set data.label_column to the class column, or data.task=regression "
+            "to predict the number"
+        )
     totals: dict[Any, int] = {}
     for per_class in stats.class_counts.values():
         for value, n in per_class.items():
             totals[value] = totals.get(value, 0) + n
     _check_classes(totals, data)
-    for s in SPLITS:
-        if not stats.class_counts[s]:
-            raise DataValidationError(
-                f"the {s} split got no rows out of {stats.rows}; add rows or raise data.split.val"
-                "/test"
-            )
-    return _sorted_classes(set(totals))
+    return task, reason, _sorted_classes(set(totals))
+
+
+def _check_regression(stats: Stats, data: DataConfig) -> None:
+    """A number in every label, and numbers that vary across the training split."""
+    label = data.label_column
+    if not stats.label_kinds <= {"int", "float"}:
+        kinds = sorted(stats.label_kinds - {"int", "float"})
+        raise DataValidationError(
+            f"label column {label!r} holds {'/'.join(kinds)} values, not numbers; a regression "
+            "predicts a number: set data.task=classification or convert the label to numbers"
+        )
+    n_train, _, m2 = stats.label_train
+    if n_train < 2 or m2 <= 0:
+        raise DataValidationError(
+            f"label column {label!r} has the same value in every training row; a regression "
+            "needs labels that vary"
+        )
 
 
 def _check_values(
@@ -77,11 +114,6 @@ def _check_values(
 def _check_classes(totals: dict[Any, int], data: DataConfig) -> None:
     """Between two and MAX_CLASSES classes, each with enough rows to reach every split."""
     label = data.label_column
-    if len(totals) > MAX_CLASSES:
-        raise DataValidationError(
-            f"label column {label!r} has {len(totals)} distinct values (more than {MAX_CLASSES}); "
-            "it is probably not a class label: set data.label_column to the class column"
-        )
     if len(totals) < 2:
         raise DataValidationError(
             f"label column {label!r} has a single value {list(totals)}; a classifier needs at "
@@ -99,8 +131,15 @@ def _check_classes(totals: dict[Any, int], data: DataConfig) -> None:
         )
 
 
-def feature_spec(stats: Stats, data: DataConfig, plan: Plan, classes: list[Any]) -> FeatureSpec:
-    """The features' shape and the train split's mean and std, to normalise every row with."""
+def feature_spec(
+    stats: Stats, data: DataConfig, plan: Plan, classes: list[Any], task: str = "classification"
+) -> FeatureSpec:
+    """The features' shape and the train split's mean and std, to normalise every row with (and
+    a regression's label's)."""
+    label_mean, label_std = 0.0, 1.0
+    if task == REGRESSION:
+        n_label, label_mean, label_m2 = stats.label_train
+        label_std = math.sqrt(label_m2 / n_label)
     n_train, mean, m2 = stats.train
     std = np.sqrt(m2 / n_train)
     std = np.where(std > 0, std, 1.0)  # constant columns: leave them centred, not divided by 0
@@ -113,4 +152,7 @@ def feature_spec(stats: Stats, data: DataConfig, plan: Plan, classes: list[Any])
         std=[float(v) for v in np.broadcast_to(std, (width,))],
         feature_columns=plan.features,
         image_column=plan.image,
+        task=task,
+        label_mean=float(label_mean),
+        label_std=float(label_std),
     )

@@ -17,17 +17,34 @@ import pandas as pd
 from training.errors import DataValidationError
 from training.inference.predictor import TRUE_LABEL, PyfuncPredictor, our_errors, single_actor
 from training.manifest import FeatureSpec, Manifest
+from training.metrics import regression_metrics
 from training.tracking import pyfunc
+
+#: Rows of a regression's (actual, predicted) pairs kept for the report's plots.
+PLOT_POINTS = 2000
 
 
 @dataclass
 class EvalResult:
-    """One split's metrics, overall and per class, and its confusion matrix."""
+    """One split's metrics, overall and per class, and its confusion matrix (a classifier); or
+    a regression's metrics and a sample of its (actual, predicted) pairs for the plots."""
 
-    metrics: dict[str, float]  # test_accuracy, test_macro_f1, test_loss, test_rows
+    metrics: dict[str, float]  # test_accuracy, test_macro_f1 | test_rmse, test_mae, test_r2;
+    # test_loss, test_rows
     per_class: list[dict[str, Any]]  # class, precision, recall, f1, support
     confusion: list[list[int]]  # rows = true class, columns = predicted class
     class_names: list[str]
+    task: str = "classification"
+    actual: list[float] = field(default_factory=list)  # a regression's, at most PLOT_POINTS
+    predicted: list[float] = field(default_factory=list)
+
+    @property
+    def headline(self) -> str:
+        """The one line the console shows: the task's main test metrics."""
+        m = self.metrics
+        if self.task == "regression":
+            return f"test RMSE {m['test_rmse']:.4g}, MAE {m['test_mae']:.4g}, R² {m['test_r2']:.4f}"
+        return f"test accuracy {m['test_accuracy']:.4f}, macro-F1 {m['test_macro_f1']:.4f}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,7 +180,14 @@ def evaluate_model(
     split: str = "test",
     endpoint_url: str | None = None,
 ) -> tuple[EvalResult, Scored]:
-    """Score a split's raw rows with a packed MLflow model (Ray Data, one actor)."""
+    """Score a split's raw rows with a packed MLflow model (in this process when small). A model
+    without classes is a regression, and evaluates on regression data."""
+    if (not classes) != manifest.spec.is_regression:
+        kinds = ("a classifier", "a regression")
+        raise DataValidationError(
+            f"the model is {kinds[not classes]} but the data's task is {manifest.spec.task} "
+            f"({manifest.task_reason or 'data.task'}); set data.task to the model's task"
+        )
     if list(classes) != list(manifest.spec.classes):
         raise DataValidationError(
             f"the model knows classes {classes} but the data has {manifest.spec.classes}; "
@@ -179,6 +203,10 @@ def evaluate_model(
             probs.append(batch[names].to_numpy(dtype=np.float64))
     if not labels:
         raise DataValidationError(f"the {split} split is empty; use more data or a larger split")
+    if manifest.spec.is_regression:
+        return regression_result(
+            np.concatenate(labels), np.concatenate(predictions), manifest.spec.label_std
+        )
     out = Scored(np.concatenate(labels), np.concatenate(predictions), np.vstack(probs), classes)
     true_codes, pred_codes = index.get_indexer(out.labels), index.get_indexer(out.predictions)
     if (true_codes < 0).any():
@@ -208,6 +236,36 @@ def evaluate_state(
         files = pyfunc.pack(model_dir)
     classes = FeatureSpec.from_dict(state["spec"]).classes
     return evaluate_model(files, classes, manifest, split, endpoint_url)
+
+
+def regression_result(
+    labels: np.ndarray, predictions: np.ndarray, label_std: float = 1.0
+) -> tuple[EvalResult, Scored]:
+    """RMSE, MAE and R² in the label's unit; test_loss is the MSE in the unit the model learnt
+    (labels over the train split's std), comparable with the training's val_loss."""
+    y = np.asarray(labels, dtype=np.float64)
+    predicted = np.asarray(predictions, dtype=np.float64)
+    if len(y) == 0:
+        raise DataValidationError("the evaluation split is empty; use more data or a larger split")
+    error = predicted - y
+    sse = float(np.square(error).sum())
+    centred = y - y.mean()  # sum y = 0, sum y² = the total sum of squares
+    sums = [len(y), sse, float(np.abs(error).sum()), 0.0, float(np.square(centred).sum())]
+    metrics = regression_metrics(sums, prefix="test_")
+    metrics["test_loss"] = sse / len(y) / label_std**2
+    metrics["test_rows"] = float(len(y))
+    # Evenly spaced rows (the split's order is the input's): a fixed sample for the plots.
+    keep = np.unique(np.linspace(0, len(y) - 1, min(len(y), PLOT_POINTS)).astype(np.int64))
+    result = EvalResult(
+        metrics,
+        [],
+        [],
+        [],
+        task="regression",
+        actual=y[keep].tolist(),
+        predicted=predicted[keep].tolist(),
+    )
+    return result, Scored(y, predicted, np.zeros((len(y), 0)), [])
 
 
 def metrics_from_confusion(

@@ -81,7 +81,8 @@ class PyfuncPredictor:
     """A Ray Data actor: loads the packed MLflow model once, then scores pandas batches.
 
     With ``label_column`` (evaluation) a batch comes back as the model's output plus the true
-    label; otherwise (prediction) as the input columns plus the model's output and confidence.
+    label; otherwise (prediction) as the input columns plus the model's output and, for a
+    classifier, its confidence.
     """
 
     def __init__(
@@ -103,7 +104,8 @@ class PyfuncPredictor:
         if self.label_column is not None:
             scored[TRUE_LABEL] = batch[self.label_column].to_numpy()
             return scored
-        scored[CONFIDENCE] = scored[self.classes].max(axis=1)
+        if self.classes:  # a regression has no classes: its prediction is the number
+            scored[CONFIDENCE] = scored[self.classes].max(axis=1)
         return joined(batch, scored)
 
     def __del__(self):

@@ -77,13 +77,16 @@ class TrainContext(_RayReporting):
         cache_bytes: int = 0,
         shard_bytes: dict[str, int] | None = None,
         strategy: str = "ddp",
+        label_dtype: torch.dtype = torch.int64,
     ) -> None:
-        """``shard_bytes``: each split's size in memory (all workers together), if known."""
+        """``shard_bytes``: each split's size in memory (all workers together), if known;
+        ``label_dtype``: int64 class indices, float32 for a regression."""
         import ray.train
 
         self._api = ray.train
         self._strategy = strategy  # train.strategy: ddp | fsdp
         self._seed = seed
+        self._label_dtype = label_dtype
         # Page-locked host batches make the copy to the GPU asynchronous (use_gpu only).
         self._pin_memory = pin_memory
         self._cache: dict[str, dict[str, torch.Tensor] | None] = {}
@@ -107,7 +110,8 @@ class TrainContext(_RayReporting):
         """The context ``loop_config``'s settings ask for (subclasses in tests/benchmarks too)."""
         train = settings["pipeline"]["train"]
         # float32 features, int64 label and sample id per row
-        row_bytes = 4 * FeatureSpec.from_dict(settings["spec"]).num_features + 16
+        spec = FeatureSpec.from_dict(settings["spec"])
+        row_bytes = 4 * spec.num_features + 16
         rows = settings.get("split_rows") or {}
         return cls(
             seed=train["seed"],
@@ -115,6 +119,7 @@ class TrainContext(_RayReporting):
             cache_bytes=int(train["shard_cache_mb"]) * 1024**2,
             shard_bytes={split: n * row_bytes for split, n in rows.items()},
             strategy=train.get("strategy", "ddp"),
+            label_dtype=torch.float32 if spec.is_regression else torch.int64,
         )
 
     def _stream(self, split: str, batch_size: int, seed: int | None) -> Iterator[dict]:
@@ -122,7 +127,7 @@ class TrainContext(_RayReporting):
         shuffle = {"local_shuffle_buffer_size": 4 * batch_size, "local_shuffle_seed": seed}
         yield from self._shards[split].iter_torch_batches(
             batch_size=batch_size,
-            dtypes={FEATURES: torch.float32, LABEL: torch.int64, SAMPLE_ID: torch.int64},
+            dtypes={FEATURES: torch.float32, LABEL: self._label_dtype, SAMPLE_ID: torch.int64},
             pin_memory=self._pin_memory,
             **(shuffle if seed is not None else {}),
         )

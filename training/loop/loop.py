@@ -21,7 +21,7 @@ from training.errors import TrainingDivergedError
 from training.loop import sharding
 from training.loop.contexts import LoopContext, TrainContext, epoch_seed
 from training.manifest import FeatureSpec
-from training.metrics import worst
+from training.metrics import regression_metrics, worst
 from training.model.networks import build_model
 
 
@@ -133,7 +133,7 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
     max_epochs = int(settings["max_epochs"])
     train = config.train
     seed_everything(train.seed + ctx.rank)
-    model = build_model(config.model, spec.input_shape, spec.num_classes)
+    model = build_model(config.model, spec.input_shape, spec.num_outputs, spec.task)
     optimizer, scheduler = _optimizer(model, train, max_epochs)
     # The global batch is split across workers so results do not depend on the worker count.
     batch_rows, micro_rows = step_plan(
@@ -150,6 +150,7 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
         every_n_batches=int(settings.get("every_n_batches") or 0),
         batch_rows=batch_rows,
         micro_rows=micro_rows,
+        loss_fn=SquaredError() if spec.is_regression else nn.CrossEntropyLoss(reduction="sum"),
     )
 
 
@@ -162,6 +163,14 @@ def _optimizer(model: nn.Module, train, max_epochs: int):
         else torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     )
     return optimizer, scheduler
+
+
+class SquaredError(nn.Module):
+    """A regression's loss: the summed squared error of the one output column against the
+    (normalised) label."""
+
+    def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.mse_loss(output.squeeze(1), target.float(), reduction="sum")
 
 
 def _resume(run: _Run, state: dict[str, Any] | None) -> _Start:
@@ -187,7 +196,8 @@ def _run_epoch(run: _Run, epoch: int, start: _Start) -> dict[str, float]:
     """Train and validate one epoch; its metrics (the LR is the one it trained with)."""
     torch.manual_seed(epoch_seed(run.config.train.seed, epoch, run.ctx.rank))
     train_loss = _train_epoch(run, epoch, start)
-    val_loss, val_accuracy = _validate(run)
+    val = _validate(run)
+    val_loss = val["val_loss"]
     if not math.isfinite(train_loss) or not math.isfinite(val_loss):
         raise TrainingDivergedError(
             f"training diverged at epoch {epoch + 1}: train_loss={train_loss}, "
@@ -197,8 +207,7 @@ def _run_epoch(run: _Run, epoch: int, start: _Start) -> dict[str, float]:
     return {
         "epoch": epoch + 1,
         "train_loss": train_loss,
-        "val_loss": val_loss,
-        "val_accuracy": val_accuracy,
+        **val,
         "lr": run.optimizer.param_groups[0]["lr"],
         # Elastic groups change size between attempts: the history shows each epoch's.
         "workers": float(run.ctx.world_size),
@@ -248,20 +257,32 @@ def accumulate_gradients(
 
 
 @torch.no_grad()
-def _validate(run: _Run) -> tuple[float, float]:
-    """(val loss, val accuracy) over every rank's share of the validation split."""
+def _validate(run: _Run) -> dict[str, float]:
+    """Validation metrics over every rank's share of the validation split: val_loss and
+    val_accuracy, or a regression's val_loss (normalised MSE) and val_rmse, val_mae, val_r2
+    in the label's own unit."""
     run.model.eval()
-    totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, rows
+    regression = run.spec.is_regression
+    # Sums, all-reduced: loss, rows, then correct (classes) or sum e², sum |e|, sum y, sum y².
+    totals = torch.zeros(6 if regression else 3, dtype=torch.float64)
     for features, labels in run.ctx.val_batches(run.batch_rows):
-        logits = run.model(features)
-        correct = (logits.argmax(dim=1) == labels).sum().item()
-        totals += torch.tensor(
-            [run.loss_fn(logits, labels).item(), correct, len(labels)], dtype=torch.float64
-        )
+        output = run.model(features)
+        sums = [run.loss_fn(output, labels).item(), len(labels)]
+        if regression:
+            y = labels.double()
+            error = output.squeeze(1).double() - y
+            sums += [error.square().sum(), error.abs().sum(), y.sum(), y.square().sum()]
+        else:
+            sums.append((output.argmax(dim=1) == labels).sum())
+        totals += torch.tensor([float(v) for v in sums], dtype=torch.float64)
     # All-reduce so every rank (and rank 0's report that Tune sees) has the global metrics.
-    totals = run.ctx.all_reduce_sum(totals)
-    rows = max(totals[2].item(), 1.0)
-    return float(totals[0] / rows), float(totals[1] / rows)
+    totals = run.ctx.all_reduce_sum(totals).tolist()
+    rows = max(totals[1], 1.0)
+    if not regression:
+        return {"val_loss": totals[0] / rows, "val_accuracy": totals[2] / rows}
+    # The sums are in the normalised unit: RMSE and MAE scale back by the label's std.
+    metrics = regression_metrics([totals[1], *totals[2:]], scale=run.spec.label_std)
+    return {"val_loss": totals[0] / rows, **metrics}
 
 
 def _mid_epoch_checkpoint(run: _Run, epoch: int, done: int, totals: torch.Tensor) -> None:

@@ -11,6 +11,8 @@ from training.model.trainflow_pyfunc.networks import CNN, MLP, build_network
 __all__ = ["CNN", "MLP", "build_model"]
 
 
-def build_model(cfg: ModelConfig, input_shape: list[int], num_classes: int) -> nn.Module:
-    """The network for a model config and a feature spec's shape and class count."""
-    return build_network(cfg.model_dump(), input_shape, num_classes)
+def build_model(
+    cfg: ModelConfig, input_shape: list[int], num_outputs: int, task: str = "classification"
+) -> nn.Module:
+    """The network for a model config and a feature spec's shape, outputs and task."""
+    return build_network(cfg.model_dump(), input_shape, num_outputs, task)

@@ -54,7 +54,8 @@ def check_model(config: PipelineConfig, files: list[str], fingerprint: str) -> N
 def preview_spec(config: PipelineConfig, files: list[str], manifest: Manifest | None) -> ModelSpec:
     """The spec the model will be built with, read on the driver."""
     if manifest is not None:
-        return ModelSpec.of(manifest.spec.input_shape, manifest.spec.num_classes)
+        spec = manifest.spec
+        return ModelSpec.of(spec.input_shape, spec.num_outputs, spec.task)
     from training.data.inputs import input_format
     from training.data.schema import check_schema
 
@@ -67,6 +68,10 @@ def preview_spec(config: PipelineConfig, files: list[str], manifest: Manifest | 
         shape = [len(plan.features)]
     else:
         shape = [_first_array_width(files[0], fmt, plan.image, endpoint)]
+    if data.task == "regression":
+        return ModelSpec.of(shape, 1, "regression")
+    # Under data.task=auto a float label may still become a regression once preprocessing
+    # looks at it; the factory is then built again with one output.
     return ModelSpec.of(shape, _distinct_labels(files, fmt, plan.label, endpoint))
 
 

@@ -18,7 +18,9 @@ from training.model.networks import build_model
 def model_from_state(state: dict[str, Any]) -> tuple[nn.Module, FeatureSpec]:
     """The network a checkpoint state holds (in eval mode), and the feature spec it expects."""
     spec = FeatureSpec.from_dict(state["spec"])
-    model = build_model(ModelConfig(**state["model_config"]), spec.input_shape, spec.num_classes)
+    model = build_model(
+        ModelConfig(**state["model_config"]), spec.input_shape, spec.num_outputs, spec.task
+    )
     model.load_state_dict(state["model"])
     model.eval()
     return model, spec

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from training.metrics import direction
-from training.report.plots import evaluation_plots, learning_curves_png
+from training.report.plots import evaluation_plots, learning_curves_png, regression_plots
 from training.report.sweep_plots import sweep_plots
 from training.report.trials import (
     FATES,
@@ -68,7 +68,7 @@ def _best_first(rows: Sequence[TrialRow], metric: str) -> list[TrialRow]:
 
 def _sweep_context(sweep: SweepOutcome | None, asha: AshaConfig) -> dict[str, Any]:
     if not sweep:
-        return {"sweep": None}
+        return {"sweep": None, "trial_metrics": []}
     rows = trial_rows(sweep, asha)
     return {
         "sweep": sweep,
@@ -80,6 +80,8 @@ def _sweep_context(sweep: SweepOutcome | None, asha: AshaConfig) -> dict[str, An
         "saving": sweep_saving(sweep),
         "params": swept_params(sweep.trials),
         "trials": _best_first(rows, sweep.metric or "val_accuracy"),
+        # The trials table's metric columns: the ranked one, then the loss.
+        "trial_metrics": list(dict.fromkeys([sweep.metric or "val_accuracy", "val_loss"])),
     }
 
 
@@ -123,8 +125,12 @@ def report_plots(
     per_class: Sequence[Mapping[str, Any]] | None = None,
     confusion: Any = None,
     class_names: Sequence[str] | None = None,
+    actual: Sequence[float] | None = None,
+    predicted: Sequence[float] | None = None,
 ) -> dict[str, str]:
-    """Every plot of a pipeline run for the HTML report, as ``{caption: path}`` in stage order."""
+    """Every plot of a pipeline run for the HTML report, as ``{caption: path}`` in stage order:
+    a classifier's confusion matrix and per-class scores, or a regression's predicted-vs-actual
+    and residuals (``actual`` and ``predicted`` given)."""
     plots: dict[str, str] = {}
     if sweep and asha is not None:
         metric = sweep.metric or "val_accuracy"
@@ -140,8 +146,12 @@ def report_plots(
         plots["final training: train/val curves"] = learning_curves_png(
             list(train_history), os.path.join(directory, "curves.png")
         )
-    if per_class is not None and confusion is not None and class_names is not None:
+    if per_class is not None and confusion is not None and class_names:  # a classifier
         files = evaluation_plots(per_class, confusion, class_names, directory)
         plots["evaluation: confusion matrix (test split)"] = files["confusion_matrix.png"]
         plots["evaluation: per-class precision and recall"] = files["per_class.png"]
+    if actual and predicted is not None:
+        files = regression_plots(actual, predicted, directory)
+        plots["evaluation: predicted vs actual (test split)"] = files["predicted_vs_actual.png"]
+        plots["evaluation: residuals (test split)"] = files["residuals.png"]
     return plots

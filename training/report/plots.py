@@ -1,4 +1,5 @@
-"""Plots of one model (PNG files): the confusion matrix, learning curves, per-class scores.
+"""Plots of one model (PNG files): learning curves; a classifier's confusion matrix and
+per-class scores; a regression's predicted-vs-actual and residuals.
 
 A plot comes in a pair: ``*_figure`` builds and returns the matplotlib figure (the tests count its
 series), ``*_png`` saves it and returns the path. matplotlib is imported inside :func:`pyplot`,
@@ -73,10 +74,11 @@ def confusion_matrix_png(matrix: Any, class_names: Sequence[str], path: str) -> 
 
 def learning_curves_figure(
     history: Sequence[Mapping[str, Any]],
-    metrics: Sequence[str] = ("train_loss", "val_loss", "val_accuracy"),
+    metrics: Sequence[str] = ("train_loss", "val_loss", "val_accuracy", "val_rmse"),
     step_key: str = "epoch",
 ):
-    """Losses on the left axis, accuracies (names containing "acc") on a right axis, per epoch."""
+    """Losses on the left axis, the other metrics (accuracy, a regression's RMSE in the
+    label's unit) on a right axis, per epoch; metrics the history lacks are left out."""
     fig, ax = pyplot().subplots(figsize=(7, 4))
     right = None
     for k, metric in enumerate(metrics):
@@ -88,10 +90,10 @@ def learning_curves_figure(
         if not points:
             continue
         xs, ys = zip(*points, strict=True)
-        if "acc" in metric:
+        if "loss" not in metric:
             right = right or ax.twinx()
             right.plot(xs, ys, marker="o", linestyle="--", label=metric, color=f"C{k}")
-            right.set_ylabel("accuracy")
+            right.set_ylabel(metric.removeprefix("val_"))
         else:
             ax.plot(xs, ys, marker="o", label=metric, color=f"C{k}")
     ax.set_xlabel(step_key)
@@ -148,4 +150,48 @@ def evaluation_plots(
             confusion, class_names, os.path.join(directory, "confusion_matrix.png")
         ),
         "per_class.png": per_class_png(per_class, os.path.join(directory, "per_class.png")),
+    }
+
+
+def predicted_vs_actual_figure(actual: Sequence[float], predicted: Sequence[float]):
+    """A regression's predictions against the true values, with the diagonal of a perfect model."""
+    fig, ax = pyplot().subplots(figsize=(5.5, 5))
+    ax.scatter(actual, predicted, s=12, alpha=0.6)
+    values = [*actual, *predicted]
+    if values:
+        low, high = min(values), max(values)
+        ax.plot([low, high], [low, high], color="grey", linestyle="--", label="predicted = actual")
+        ax.legend(loc="upper left")
+    ax.set_xlabel("actual")
+    ax.set_ylabel("predicted")
+    ax.set_title("predicted vs actual (test split)")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def residuals_figure(actual: Sequence[float], predicted: Sequence[float]):
+    """Residuals (actual - predicted) against the prediction: a good model's scatter around 0."""
+    residuals = [a - p for a, p in zip(actual, predicted, strict=True)]
+    fig, ax = pyplot().subplots(figsize=(6, 4))
+    ax.scatter(predicted, residuals, s=12, alpha=0.6)
+    ax.axhline(0.0, color="grey", linestyle="--")
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("residual (actual - predicted)")
+    ax.set_title("residuals (test split)")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def regression_plots(
+    actual: Sequence[float], predicted: Sequence[float], directory: str
+) -> dict[str, str]:
+    """predicted_vs_actual.png and residuals.png, as ``{file name: path}``."""
+    return {
+        "predicted_vs_actual.png": save(
+            predicted_vs_actual_figure(actual, predicted),
+            os.path.join(directory, "predicted_vs_actual.png"),
+        ),
+        "residuals.png": save(
+            residuals_figure(actual, predicted), os.path.join(directory, "residuals.png")
+        ),
     }

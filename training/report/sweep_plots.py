@@ -227,7 +227,7 @@ def sweep_plots(sweep: SweepOutcome, asha: AshaConfig, directory: str) -> dict[s
     milestones = milestones_of(asha)
     rows = trial_rows(sweep, asha)
     metric = sweep.metric or "val_accuracy"
-    others = [m for m in ("val_accuracy", "val_loss") if m != metric]
+    others = [m for m in ("val_accuracy", "val_rmse", "val_loss") if m != metric]
     plots = {
         "sweep_curves.png": save(
             sweep_curves_figure(rows, asha.max_t, milestones, metrics=(metric, *others)),

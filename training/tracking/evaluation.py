@@ -1,10 +1,13 @@
-"""MLflow's own classifier evaluation of the pyfunc's predictions, beside trainflow's report.
+"""MLflow's own evaluation (classifier or regressor) of the pyfunc's predictions, beside
+trainflow's report.
 
 ``mlflow.models.evaluate`` runs on the static predictions the pyfunc made for the split (one
 scoring pass, shared with trainflow's metrics): its standard metrics (accuracy, precision,
 recall, F1, ...), per-class metrics table and confusion matrix. MLflow computes ROC and PR
 curves only from a model with ``predict_proba`` (its sklearn-like flavours), so the pyfunc's
-probability columns are drawn with MLflow's own curve code as custom artifacts.
+probability columns are drawn with MLflow's own curve code as custom artifacts. A regression
+(no classes) gets MLflow's regressor metrics (mean_squared_error, root_mean_squared_error,
+mean_absolute_error, r2_score, ...).
 """
 
 from __future__ import annotations
@@ -62,22 +65,25 @@ def evaluate_predictions(
     probs: np.ndarray,
     classes: list[Any],
 ) -> dict[str, float]:
-    """``mlflow.models.evaluate`` (classifier) of a split's predictions, logged to ``run_id``."""
+    """``mlflow.models.evaluate`` of a split's predictions, logged to ``run_id``: a classifier's,
+    or a regressor's when there are no ``classes``."""
     import mlflow
     import pandas as pd
 
     frame = pd.DataFrame({TARGET: labels, PREDICTED: predictions})
+    if classes:
+        kind = {
+            "model_type": "classifier",
+            "evaluator_config": {"label_list": list(classes), "log_explainer": False},
+            "custom_artifacts": [_curves(labels, probs, list(classes))],
+        }
+    else:
+        kind = {"model_type": "regressor", "evaluator_config": {"log_explainer": False}}
     was_running = tracker.client.get_run(run_id).info.status == "RUNNING"
     try:
         with global_uris(tracker.tracking_uri), mlflow.start_run(run_id=run_id):
             result = mlflow.models.evaluate(
-                data=frame,
-                targets=TARGET,
-                predictions=PREDICTED,
-                model_type="classifier",
-                evaluators="default",
-                evaluator_config={"label_list": list(classes), "log_explainer": False},
-                custom_artifacts=[_curves(labels, probs, list(classes))],
+                data=frame, targets=TARGET, predictions=PREDICTED, evaluators="default", **kind
             )
     finally:
         if was_running:  # leaving the `with` ended the run; ending it is the caller's job

@@ -79,7 +79,8 @@ def _column_type(series) -> Any:
 
 
 def signature(spec: dict[str, Any], example: pd.DataFrame | None):
-    """Named columns in (the raw columns the model reads), prediction and classes out."""
+    """Named columns in (the raw columns the model reads), prediction and classes out (a
+    regression: the predicted number only)."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, DataType, Schema
     from mlflow.types.schema import Array
@@ -91,8 +92,8 @@ def signature(spec: dict[str, Any], example: pd.DataFrame | None):
         inputs = [ColSpec(Array(DataType.double), columns[0])]
     else:
         inputs = [ColSpec(DataType.double, c) for c in columns]
-    labels = labels_array(list(spec["classes"]))
-    label_type = {"i": DataType.long, "f": DataType.double}.get(labels.dtype.kind, DataType.string)
+    kind = "f" if spec.get("task") == "regression" else labels_array(spec["classes"]).dtype.kind
+    label_type = {"i": DataType.long, "f": DataType.double}.get(kind, DataType.string)
     outputs = [ColSpec(label_type, PREDICTION)]
     outputs += [ColSpec(DataType.double, c) for c in class_columns(list(spec["classes"]))]
     return ModelSignature(Schema(inputs), Schema(outputs))

@@ -7,7 +7,7 @@ from typing import Any
 
 from training.config import PipelineConfig
 from training.errors import TrainflowError, one_line
-from training.metrics import gain
+from training.metrics import EPOCH_METRICS, gain
 
 
 @dataclass
@@ -20,7 +20,8 @@ class TrialSummary:
     epochs: int
     metrics: dict[str, float]
     error: str | None = None
-    # One row per reported epoch: {"epoch", "train_loss", "val_loss", "val_accuracy"}.
+    # One row per reported epoch: {"epoch", "train_loss", "val_loss", "val_accuracy"} (a
+    # regression: val_rmse, val_mae, val_r2 for val_accuracy).
     history: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -63,7 +64,7 @@ def summarize(grid, config: PipelineConfig) -> SweepOutcome:
                 epochs=epochs,
                 metrics={
                     k: float(metrics[k])
-                    for k in ("train_loss", "val_loss", "val_accuracy")
+                    for k in EPOCH_METRICS
                     if isinstance(metrics.get(k), int | float)
                 },
                 error=one_line(result.error, 300, last=True) if result.error is not None else None,
@@ -95,7 +96,7 @@ def summarize(grid, config: PipelineConfig) -> SweepOutcome:
     return outcome
 
 
-_HISTORY_KEYS = ("train_loss", "val_loss", "val_accuracy")
+_HISTORY_KEYS = EPOCH_METRICS
 
 
 def trial_history(result) -> list[dict[str, float]]:

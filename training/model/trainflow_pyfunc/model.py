@@ -1,10 +1,12 @@
-"""The registered model: raw table in, predicted label and one probability per class out.
+"""The registered model: raw table in, predicted label and one probability per class out (a
+classifier), or the predicted number in one ``prediction`` column (a regression).
 
 An MLflow pyfunc (``mlflow.pyfunc.PythonModel``) logged as code: ``load_context`` reads the
 state file (weights, feature spec, label map, train-split statistics) with
 ``torch.load(weights_only=True)`` — tensors and plain data only, no pickled objects — and
 ``predict`` applies the preprocessing frozen at training time: the feature columns in their
-training order (or the image column's arrays), minus the train mean, over the train std.
+training order (or the image column's arrays), minus the train mean, over the train std; a
+regression's output is mapped back to the label's unit (times the train label std, plus its mean).
 
 MLflow's signature check runs first (columns present, dtypes convertible, extra columns
 dropped); the checks here catch what a signature cannot: no rows, NaN or infinite values, an
@@ -33,6 +35,16 @@ STATE_ARTIFACT = "state"
 def bad_input(message: str) -> MlflowException:
     """A user error: HTTP 400 from the scoring server, with this message in its body."""
     return MlflowException.invalid_parameter_value(message)
+
+
+def is_regression(spec: dict[str, Any]) -> bool:
+    """A regression predicts one number (older states, without a task, are classifiers)."""
+    return spec.get("task", "classification") == "regression"
+
+
+def num_outputs(spec: dict[str, Any]) -> int:
+    """The network's outputs: one per class, or one number."""
+    return 1 if is_regression(spec) else len(spec["classes"])
 
 
 def input_columns(spec: dict[str, Any]) -> list[str]:
@@ -99,7 +111,7 @@ def raw_features(frame: pd.DataFrame, spec: dict[str, Any]) -> np.ndarray:
 
 
 class TrainflowClassifier(mlflow.pyfunc.PythonModel):
-    """A trainflow classifier as an MLflow pyfunc."""
+    """A trainflow model as an MLflow pyfunc: a classifier, or a regression (``spec.task``)."""
 
     def load_context(self, context) -> None:
         path = context.artifacts[STATE_ARTIFACT]
@@ -108,7 +120,12 @@ class TrainflowClassifier(mlflow.pyfunc.PythonModel):
     def load_state(self, state: dict[str, Any]) -> None:
         """Build the network from a state dict (also used without MLflow's loader)."""
         spec = state["spec"]
-        network = build_network(state["model_config"], spec["input_shape"], len(spec["classes"]))
+        network = build_network(
+            state["model_config"],
+            spec["input_shape"],
+            num_outputs(spec),
+            spec.get("task", "classification"),
+        )
         network.load_state_dict(state["model"])
         self.network = network.eval()
         self.spec = spec
@@ -116,16 +133,30 @@ class TrainflowClassifier(mlflow.pyfunc.PythonModel):
         std = np.asarray(spec["std"], dtype=np.float64)
         self.std = np.where(std > 0, std, 1.0)
         self.classes = labels_array(list(spec["classes"]))
+        self.regression = is_regression(spec)
+        self.label_mean = float(spec.get("label_mean", 0.0))
+        self.label_std = float(spec.get("label_std", 1.0))
+
+    def _outputs(self, frame: pd.DataFrame) -> np.ndarray:
+        """The network's raw outputs (float32 [rows, outputs]) for a raw table."""
+        features = ((raw_features(frame, self.spec) - self.mean) / self.std).astype(np.float32)
+        with torch.no_grad():
+            return self.network(torch.from_numpy(features)).float().numpy()
+
+    def values(self, frame: pd.DataFrame) -> np.ndarray:
+        """A regression's predictions (float64 [rows]) in the label's own unit."""
+        normalised = self._outputs(frame)[:, 0].astype(np.float64)
+        return normalised * self.label_std + self.label_mean
 
     def probabilities(self, frame: pd.DataFrame) -> np.ndarray:
         """Class probabilities (float64 [rows, classes]) of a raw table."""
-        features = ((raw_features(frame, self.spec) - self.mean) / self.std).astype(np.float32)
-        with torch.no_grad():
-            logits = self.network(torch.from_numpy(features))
-            return torch.softmax(logits, dim=1).numpy().astype(np.float64)
+        logits = torch.from_numpy(self._outputs(frame))
+        return torch.softmax(logits, dim=1).numpy().astype(np.float64)
 
     def predict(self, context, model_input, params=None) -> pd.DataFrame:
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        if self.regression:
+            return pd.DataFrame({PREDICTION: self.values(frame)})
         probs = self.probabilities(frame)
         out = {PREDICTION: self.classes[probs.argmax(axis=1)]}
         for i, name in enumerate(class_columns(list(self.spec["classes"]))):
