@@ -29,8 +29,10 @@ RESULT = REPO_ROOT / "benchmarks" / "results" / "peer.json"
 
 def _clean_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "PREFECT_", "RAY_"))}
+    # A fresh trainflow home (MLflow store, Prefect database, Ray sessions); the peer writes its
+    # MLflow store in its working directory, also fresh. $HOME (pip, matplotlib caches) is the
+    # user's, as it would be.
     env["TRAINFLOW_HOME"] = str(home / ".trainflow")
-    env["HOME"] = str(home)  # the peer's mlflow.db and ~/.cache stay in the fresh home too
     return env
 
 
