@@ -27,6 +27,7 @@ RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # Modules that must exist now; other modules are checked as soon as they exist.
 REQUIRED = [
     "training.config",
+    "training.capacity",
     "training.dotted",
     "training.overrides",
     "training.search_space",
@@ -45,6 +46,7 @@ REQUIRED = [
 # The modules a Ray worker imports: none of them may pull in prefect.
 WORKER_MODULES = [
     "training.config",
+    "training.capacity",
     "training.data.rows",
     "training.data.read",
     "training.data.summary",
@@ -61,6 +63,7 @@ WORKER_MODULES = [
 # The bottom of training/: they import nothing of ours but each other.
 TRAINING_BOTTOM = {
     "training.config",
+    "training.capacity",
     "training.dotted",
     "training.overrides",
     "training.search_space",

@@ -128,10 +128,13 @@ def test_continuous_labels_stop_being_counted_as_classes():
         ([True, False] * 100, "regression", "not numbers"),
     ],
 )
-def test_bad_regression_labels_are_refused_by_name(labels, task, message):
-    data, plan, stats = _summarise(_frame(labels), task=task)
+def test_bad_regression_labels_are_refused_by_name(labels, task, message, tmp_path):
+    frame = _frame(labels)
+    data, plan, stats = _summarise(frame, task=task)
+    table = tmp_path / "f.parquet"  # missing labels are located in the file, row by row
+    frame.to_parquet(table)
     with pytest.raises(DataValidationError, match=message) as caught:
-        validate(stats, data, plan, ["f.parquet"])
+        validate(stats, data, plan, [str(table)])
     assert "'y'" in str(caught.value)
 
 
