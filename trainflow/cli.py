@@ -80,7 +80,6 @@ def run(
 ) -> None:
     """Run the whole pipeline: preprocess, sweep, train, evaluate, promote."""
     from trainflow.env import check_prefect_api, prepare_environment
-    from trainflow.warmup import warm_services
     from training.storage import trainflow_home
 
     if resume and run_id and resume != run_id:
@@ -100,10 +99,7 @@ def run(
         console.print(
             f"trainflow run: libraries log to {log.path}", highlight=False, soft_wrap=True
         )
-        with (
-            ProgressView(console, live=log.interactive and not verbose),
-            warm_services(config),
-        ):
+        with ProgressView(console, live=log.interactive and not verbose):
             summary = _run_pipeline(config, run_id)
     for line in summary_lines(summary, str(log.path)):
         console.print(line, highlight=False, soft_wrap=True)
