@@ -82,7 +82,8 @@ def arrow_preprocess(config, files: list[str], out_dir: Path) -> int:
     stats = Stats()
     for batch in batches():
         stats.add(batch_summary(batch, plan, cfg.split) if len(batch) else {"rows": 0})
-    spec = feature_spec(stats, cfg, plan, validate(stats, cfg, plan, files))
+    task, _reason, classes = validate(stats, cfg, plan, files)
+    spec = feature_spec(stats, cfg, plan, classes, task)
     table = pa.concat_tables(output_rows(batch, spec, cfg.split) for batch in batches())
     pq.write_to_dataset(table, str(out_dir), partition_cols=[SPLIT])
     return table.num_rows
