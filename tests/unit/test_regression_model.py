@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from test_regression import _spec  # the one regression FeatureSpec of these tests
 
 from training.config import validate_config
-from training.manifest import FeatureSpec
 
 FEATURES = ["x1", "x2"]
 
@@ -18,21 +18,6 @@ FEATURES = ["x1", "x2"]
 def _frame(labels) -> pd.DataFrame:
     x = np.random.default_rng(0).normal(size=(len(labels), 2))
     return pd.DataFrame({"x1": x[:, 0], "x2": x[:, 1], "y": labels})
-
-
-def _spec(**extra) -> FeatureSpec:
-    base = {
-        "label_column": "y",
-        "classes": [],
-        "input_shape": [2],
-        "mean": [0.0, 0.0],
-        "std": [1.0, 1.0],
-        "feature_columns": FEATURES,
-        "task": "regression",
-        "label_mean": 150.0,
-        "label_std": 40.0,
-    }
-    return FeatureSpec.from_dict({**base, **extra})
 
 
 # -- the loop: MSE, and metrics all-reduced across workers -----------------------------------------
