@@ -47,11 +47,18 @@ def raw_test_rows(digits: Path, split_seed: int = 0) -> pd.DataFrame:
 def predict_without_trainflow(tracking_uri: str, model_uri: str, table: Path, out: Path) -> dict:
     """``mlflow.pyfunc.load_model(model_uri).predict(table)`` in ``python -S`` with only the
     venv's site-packages on its path, from a directory outside the repository."""
+    return run_alone(NO_TRAINFLOW, tracking_uri, model_uri, table, out)
+
+
+def run_alone(script: str, tracking_uri: str, model_uri: str, table: Path, out: Path) -> dict:
+    """``script`` in ``python -S`` with only the venv's site-packages on its path, run from
+    ``out``'s directory with argv [site dirs, tracking URI, model URI, table, out]; its last
+    stdout line, as JSON."""
     site_dirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.pop("MLFLOW_TRACKING_URI", None)
     proc = subprocess.run(
-        [sys.executable, "-S", "-c", NO_TRAINFLOW, json.dumps(site_dirs), tracking_uri]
+        [sys.executable, "-S", "-c", script, json.dumps(site_dirs), tracking_uri]
         + [model_uri, str(table), str(out)],
         cwd=out.parent,
         env=env,

@@ -7,10 +7,6 @@ anything starts. One run per model kind, shared by the module's checks."""
 from __future__ import annotations
 
 import json
-import os
-import site
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -18,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from champion_checks import run_alone
 from cli_runner import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -69,21 +66,7 @@ print(json.dumps({"rows": len(out), "user_code": getattr(user, "__file__", None)
 
 def load_alone(tracking_uri: str, model_uri: str, table: Path, out: Path) -> dict:
     """``load_model(model_uri).predict(table)`` in ``python -S`` outside the repo and project."""
-    site_dirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    script = f"PACKAGE = {PACKAGE!r}\n{LOAD_ALONE}"
-    proc = subprocess.run(
-        [sys.executable, "-S", "-c", script, json.dumps(site_dirs), tracking_uri, model_uri]
-        + [str(table), str(out)],
-        cwd=out.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_alone(f"PACKAGE = {PACKAGE!r}\n{LOAD_ALONE}", tracking_uri, model_uri, table, out)
 
 
 @pytest.fixture(scope="module")
