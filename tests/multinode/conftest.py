@@ -120,7 +120,7 @@ class RayCluster:
     head: RayNode
     workers: list[RayNode] = field(default_factory=list)
 
-    def start_worker(self, attempts: int = 2) -> RayNode:
+    def start_worker(self, attempts: int = 3) -> RayNode:
         """Join a worker node; a second try with fresh ports if the first never registers.
 
         The ports are picked free a moment before `ray start` binds them, so on a busy machine

@@ -62,6 +62,26 @@ def read_input(files: list[str], plan: Plan, endpoint_url: str | None) -> ray.da
     return _read(files, plan.fmt, endpoint_url, plan.columns, csv_options(plan))
 
 
+def read_input_here(files: list[str], plan: Plan, endpoint_url: str | None) -> ray.data.Dataset:
+    """A small input read here with pyarrow, one block per file as Ray Data's read makes
+    them (files may differ in numeric widths), put in the object store with
+    ``ray.data.from_arrow``: the same rows and columns as ``read_input`` materialized, without
+    Ray Data's listing, footer and read tasks (about 6 s of worker start-up on digits)."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+    import ray.data
+
+    tables = []
+    for file in files:
+        fs, path = filesystem(file, endpoint_url)
+        if plan.fmt == "parquet":
+            tables.append(pq.read_table(path, filesystem=fs, columns=plan.columns))
+        else:
+            with fs.open_input_stream(path) as stream:
+                tables.append(pacsv.read_csv(stream, **csv_options(plan)))
+    return ray.data.from_arrow(tables)
+
+
 def read_raw(files: list[str], fmt: str, endpoint_url: str | None = None) -> ray.data.Dataset:
     """New raw rows (every column) as a Ray Dataset, read like the training input."""
     return _read(files, fmt, endpoint_url, None, {})
