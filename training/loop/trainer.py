@@ -83,11 +83,7 @@ def build_trainer(
             max_workers=max_workers,
             split_rows=manifest.rows,
         ),
-        # One worker takes the whole dataset: streaming_split(1) would only add a coordinator
-        # actor (a process) and its per-epoch start-up in front of the same rows.
-        dataset_config=ray.train.DataConfig(
-            datasets_to_split="all" if max_workers > 1 else [], execution_options=ingest
-        ),
+        dataset_config=ray.train.DataConfig(execution_options=ingest),
         scaling_config=ray.train.ScalingConfig(
             num_workers=workers,
             use_gpu=train.use_gpu,
