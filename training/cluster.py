@@ -167,8 +167,14 @@ def _keep_credentials_out_of_runtime_envs() -> None:
 
 
 # The longest Unix socket path (108 bytes with the NUL) minus what Ray puts below its temp
-# dir: "/session_2026-11-23_11-49-38_123456_<pid>/sockets/plasma_store" (pid up to 7 digits).
-_MAX_RAY_TEMP_DIR = 107 - len("/session_2026-11-23_11-49-38_123456_1234567/sockets/plasma_store")
+# dir: "/session_<date>_<time>_<pid>/sockets/<name>" (pid up to 7 digits). The longest name is
+# a dashboard module's, "dash_<Module>": dash_TaskEventsHead in Ray 2.60 (19 bytes; a home
+# sized for plasma_store's 12 failed Ray's start with "Module MetricsHead failed to start").
+# 24 leaves room for a longer module name in a later Ray.
+_LONGEST_RAY_SOCKET_NAME = 24
+_MAX_RAY_TEMP_DIR = (
+    107 - len("/session_2026-11-23_11-49-38_123456_1234567/sockets/") - _LONGEST_RAY_SOCKET_NAME
+)
 
 
 def ray_temp_dir(home: Path | None = None) -> Path:

@@ -211,7 +211,15 @@ def test_elastic_training_survives_a_lost_node_and_scales_back(
             latest = _latest_checkpoint(s3_server, "elastic") or {}
             return latest.get("metrics", {}).get("workers")
 
-        _wait("a checkpoint from two workers", lambda: checkpoint_workers() == 2, proc, home)
+        # 300 s: the run's start-up (Prefect, preprocessing, two workers on two nodes) took over
+        # 180 s on CI's busy 2 cores.
+        _wait(
+            "a checkpoint from two workers",
+            lambda: checkpoint_workers() == 2,
+            proc,
+            home,
+            timeout=300,
+        )
         lost.stop()  # the node's raylet, object store and training worker die at once
         ray_cluster.wait_for_nodes(1)
         _wait(
