@@ -17,9 +17,10 @@ run: setup
 	$(BIN)/trainflow run
 
 # Two pytest workers, one test module each at a time (module fixtures stay whole): most of the
-# suite waits on servers and Ray start-up, so two share the 2 cores well.
+# suite waits on servers and Ray start-up, so two share the 2 cores well. Modules go out in
+# collection order, which tests/conftest.py sorts longest first.
 test: setup
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -26,6 +26,11 @@ _RAY_ENV_DEFAULTS = {
     # Tune's own Ctrl-C handler makes Tuner.fit() return the unfinished trials as if the sweep
     # had ended, and the flow would train on them; a KeyboardInterrupt must stop the run.
     "TUNE_DISABLE_SIGINT_HANDLER": "1",
+    # Train V2's controller collects worker reports by polling every 2 s, and a worker's report
+    # blocks until it is collected (a queue of one): on small data every epoch took >= 2 s
+    # however fast it trained. 0.1 s costs the controller a few cheap RPCs a second. (Its
+    # Ctrl-C handler can then let fit() return after an abort: signals.stop_if_received.)
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
 }
 
 
@@ -162,8 +167,14 @@ def _keep_credentials_out_of_runtime_envs() -> None:
 
 
 # The longest Unix socket path (108 bytes with the NUL) minus what Ray puts below its temp
-# dir: "/session_2026-11-23_11-49-38_123456_<pid>/sockets/plasma_store" (pid up to 7 digits).
-_MAX_RAY_TEMP_DIR = 107 - len("/session_2026-11-23_11-49-38_123456_1234567/sockets/plasma_store")
+# dir: "/session_<date>_<time>_<pid>/sockets/<name>" (pid up to 7 digits). The longest name is
+# a dashboard module's, "dash_<Module>": dash_TaskEventsHead in Ray 2.60 (19 bytes; a home
+# sized for plasma_store's 12 failed Ray's start with "Module MetricsHead failed to start").
+# 24 leaves room for a longer module name in a later Ray.
+_LONGEST_RAY_SOCKET_NAME = 24
+_MAX_RAY_TEMP_DIR = (
+    107 - len("/session_2026-11-23_11-49-38_123456_1234567/sockets/") - _LONGEST_RAY_SOCKET_NAME
+)
 
 
 def ray_temp_dir(home: Path | None = None) -> Path:

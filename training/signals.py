@@ -27,6 +27,21 @@ def received() -> int | None:
     return _received[0] if _received else None
 
 
+def stop_if_received() -> None:
+    """Stop here if a SIGTERM/SIGINT arrived during a Ray call that then returned normally.
+
+    Ray Train's fit() handles Ctrl-C itself: its handler aborts the run, and depending on
+    where the controller was, fit() then returns the partial Result as if training had ended
+    (seen with a 0.1 s controller poll). Without this check the flow would evaluate and
+    register that half-trained model and exit 0.
+    """
+    number = received()
+    if number == signal.SIGINT:
+        raise KeyboardInterrupt
+    if number is not None:
+        raise SystemExit(128 + number)
+
+
 def watch() -> None:
     """Remember a SIGTERM/SIGINT, then let the handler in place act on it.
 

@@ -123,6 +123,25 @@ def test_split_does_not_depend_on_file_layout(digits, tmp_path):
         np.testing.assert_allclose(x_a, x_b, atol=1e-6)
 
 
+def test_streamed_read_writes_what_the_in_process_read_writes(digits, tmp_path, monkeypatch):
+    """Small inputs are read in the driver (``read_input_here``), large ones stream through Ray
+    Data's read tasks (``read_input``): the same rows must come out either way."""
+    from training.data import preprocess as stage
+
+    manifest = digits[0]
+    monkeypatch.setattr(stage, "CACHE_INPUT_BELOW_BYTES", 0)  # every input streams
+    streamed, *_ = _run(DataConfig(), tmp_path / "storage")
+    assert streamed.rows == manifest.rows
+    assert streamed.class_counts == manifest.class_counts
+    assert streamed.spec == manifest.spec
+    for split in SPLITS:
+        x_a, y_a, ids_a = load_split_arrays(manifest, split)
+        x_b, y_b, ids_b = load_split_arrays(streamed, split)
+        np.testing.assert_array_equal(ids_a, ids_b)
+        np.testing.assert_array_equal(y_a, y_b)
+        np.testing.assert_array_equal(x_a, x_b)
+
+
 # --- bad inputs: one clear error, and nothing that looks complete --------------------------
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from training import cluster
 
 
@@ -15,10 +17,40 @@ def test_ray_temp_dir_is_under_the_home():
         assert (home / "ray").is_dir()
 
 
+def _longest_dashboard_socket_name() -> str:
+    """``dash_<Module>`` for Ray's longest dashboard subprocess module, from Ray's own code."""
+    import ray.dashboard.modules as modules
+
+    names = [
+        line.split("class ", 1)[1].split("(", 1)[0]
+        for source in Path(modules.__path__[0]).rglob("*.py")
+        for line in source.read_text().splitlines()
+        if line.startswith("class ") and "SubprocessModule)" in line
+    ]
+    assert names, "no dashboard subprocess modules found: Ray's layout changed"
+    return "dash_" + max(names, key=len)
+
+
+@pytest.mark.parametrize("extra", [0, 1, 4, 20])
+def test_every_ray_socket_path_fits_under_the_chosen_temp_dir(extra):
+    """A home whose ``ray`` dir sits at the limit or past it: Ray's longest socket path under
+    the chosen dir (a 7-digit pid, the longest dashboard module) still fits in 107 bytes."""
+    longest = _longest_dashboard_socket_name()
+    with tempfile.TemporaryDirectory(prefix="tf-", dir="/tmp") as short:
+        fill = cluster._MAX_RAY_TEMP_DIR + extra - len(f"{short}//ray")
+        home = Path(short) / ("h" * fill)
+        temp = cluster.ray_temp_dir(home)
+        assert (temp == home / "ray") == (extra == 0), temp
+        path = f"{temp}/session_2026-11-25_15-37-43_606852_1234567/sockets/{longest}"
+        assert len(path) <= 107, (len(path), path)
+        if temp != home / "ray":
+            temp.rmdir()
+
+
 def test_a_home_too_deep_for_socket_paths_links_to_a_short_dir(tmp_path):
     home = tmp_path / ("deep-" * 12)
     temp = cluster.ray_temp_dir(home)
-    assert len(str(temp)) <= 43, temp
+    assert len(str(temp)) <= cluster._MAX_RAY_TEMP_DIR, temp
     assert (home / "ray").is_symlink() and (home / "ray").resolve() == temp.resolve()
     # Asked again, the same place: the link is kept.
     assert cluster.ray_temp_dir(home) == temp

@@ -19,7 +19,7 @@ from training import progress
 from training.config import DataConfig, PipelineConfig
 from training.data.diagnose import naming_bad_files
 from training.data.inputs import input_format
-from training.data.read import input_bytes, read_input
+from training.data.read import input_bytes, read_input, read_input_here
 from training.data.rows import SPLIT, output_rows
 from training.data.schema import check_schema
 from training.data.summary import Stats, summarise
@@ -47,9 +47,10 @@ MANIFEST_FILE = "manifest.json"
 BATCH_ROWS = 4096
 # Seconds between "rows read" events of a long read.
 PROGRESS_EVERY_S = 2.0
-# Inputs smaller than this (bytes on disk) are read once into the object store and both passes
-# (summary, then transform + write) run over it. Each Ray Data execution of a parquet read
-# starts and kills its own footer-reading actor and re-reads the files; larger inputs stream.
+# Inputs smaller than this (bytes on disk) are read here once into the object store and both
+# passes (summary, then transform + write) run over it. Each Ray Data execution of a parquet
+# read starts and kills its own footer-reading actor and re-reads the files, and its tasks cost
+# seconds of worker start-up; larger inputs stream.
 CACHE_INPUT_BELOW_BYTES = 64 * 1024**2
 
 
@@ -83,10 +84,11 @@ def preprocess(
     if not files:
         raise DataValidationError(f"no input files for {data.source!r}; check data.source")
     plan = check_schema(data, files, input_format(data, files), in_endpoint)
-    ds = read_input(files, plan, in_endpoint)
     if input_bytes(files, in_endpoint) < CACHE_INPUT_BELOW_BYTES:
         with naming_bad_files(files, plan, in_endpoint):
-            ds = ds.materialize()
+            ds = read_input_here(files, plan, in_endpoint)
+    else:
+        ds = read_input(files, plan, in_endpoint)
 
     stats = Stats()
     summaries = _per_batch(ds, summarise, {"plan": plan, "split": data.split})

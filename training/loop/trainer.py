@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from training import cluster
+from training import cluster, signals
 from training.config import PipelineConfig
 from training.errors import TrainflowError
 from training.loop.failures import training_error
@@ -21,15 +21,16 @@ MATERIALIZE_BELOW_BYTES = 256 * 1024**2
 def training_datasets(
     manifest: Manifest, endpoint_url: str | None = None, materialize: bool = True
 ) -> dict:
-    """The train/val Ray Datasets, cached in the object store when small and ``materialize``."""
-    from training.data.read import read_split
+    """The train/val Ray Datasets, put in the object store when small and ``materialize``."""
+    from training.data.read import read_split, split_in_object_store
 
     datasets = {}
     for split in ("train", "val"):
-        dataset = read_split(manifest, split, endpoint_url)
         size = manifest.rows[split] * manifest.spec.num_features * 4
-        small = materialize and size < MATERIALIZE_BELOW_BYTES
-        datasets[split] = dataset.materialize() if small else dataset
+        if materialize and size < MATERIALIZE_BELOW_BYTES:
+            datasets[split] = split_in_object_store(manifest, split, endpoint_url)
+        else:
+            datasets[split] = read_split(manifest, split, endpoint_url)
     return datasets
 
 
@@ -141,7 +142,9 @@ def train_final(
         try:
             result = trainer.fit()
         except TrainingFailedError as exc:
+            signals.stop_if_received()  # an interrupted fit is no failure
             raise training_error(exc, config, storage_path) from exc
+        signals.stop_if_received()
     best = result.get_best_checkpoint(
         metric=config.train.checkpoint.score_attribute, mode=config.train.checkpoint.score_order
     )

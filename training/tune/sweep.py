@@ -12,7 +12,7 @@ import logging
 import math
 from typing import Any
 
-from training import progress
+from training import progress, signals
 from training.config import PipelineConfig, SweepConfig, validate_config
 from training.errors import TrainflowError
 from training.manifest import FeatureSpec, Manifest
@@ -258,4 +258,5 @@ def run_sweep(
             ),
         )
     grid = tuner.fit()
+    signals.stop_if_received()  # a signal during fit() may leave it returning a partial grid
     return summarize(grid, config)

@@ -1,0 +1,47 @@
+"""training.signals: a SIGINT/SIGTERM that a library handler swallowed still stops the run.
+
+Each case runs in its own interpreter: the wakeup fd and the handlers are process-wide.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Like Ray Train's fit(): its own SIGINT handler replaces ours, aborts, and may simply return.
+SCRIPT = """
+import os, signal
+from training import signals
+signals.watch()
+signal.signal(signal.SIG{name}, lambda number, frame: None)
+{send}
+signals.stop_if_received()
+print("went on")
+"""
+
+
+def _run(name: str, send: bool) -> subprocess.CompletedProcess:
+    code = SCRIPT.format(
+        name=name, send=f"os.kill(os.getpid(), signal.SIG{name})" if send else "pass"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(("name", "codes"), [("INT", (130, -2)), ("TERM", (143,))])
+def test_a_swallowed_signal_stops_the_process(name, codes):
+    done = _run(name, send=True)
+    assert done.returncode in codes, done.stderr
+    assert "went on" not in done.stdout
+
+
+def test_no_signal_goes_on():
+    done = _run("INT", send=False)
+    assert done.returncode == 0, done.stderr
+    assert "went on" in done.stdout
