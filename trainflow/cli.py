@@ -14,6 +14,7 @@ from rich.table import Table
 from trainflow import stack_commands
 from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
+from trainflow.prefect_server import EarlyTemporaryServer
 from trainflow.progress_view import ProgressView
 from trainflow.render import summary_lines
 from trainflow.runlog import CommandLog
@@ -100,7 +101,7 @@ def run(
             f"trainflow run: libraries log to {log.path}", highlight=False, soft_wrap=True
         )
         with ProgressView(console, live=log.interactive and not verbose):
-            summary = _run_pipeline(config, run_id)
+            summary = _run_pipeline(config, run_id, EarlyTemporaryServer())
     for line in summary_lines(summary, str(log.path)):
         console.print(line, highlight=False, soft_wrap=True)
     if summary_json is not None:
@@ -109,15 +110,16 @@ def run(
         summary_json.write_text(json.dumps(summary.to_dict(), indent=2, default=str))
 
 
-def _run_pipeline(config, run_id: str | None) -> RunSummary:
+def _run_pipeline(config, run_id: str | None, prefect_server: EarlyTemporaryServer) -> RunSummary:
     """The flow, with Ctrl-C and SIGTERM reported as such (exit 130 / 143)."""
     from prefect.exceptions import TerminationSignal
 
-    from flows.pipeline import pipeline
+    from flows.pipeline import pipeline  # ~12 s of imports while Prefect's server starts
     from training import signals
 
     again = f"; resume with `trainflow run --resume {run_id}`" if run_id else ""
     try:
+        prefect_server.wait()
         return pipeline(config=config, run_id=run_id)
     except TrainflowError:
         raise  # reported by the app's error handler, even after a signal
