@@ -126,12 +126,9 @@ def test_every_listener_of_a_run_is_loopback(watched_run):
         if e["ip"] not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")
     ]
     # A Train worker's process title names the task it runs: its store is seen under the actor's
-    # name or under the task that creates it (`execute._setup_torch_process_group`).
-    torch_store = [
-        e
-        for e in exposed
-        if e[0].startswith("ray::RayTrainWorker") or e[0].endswith("_setup_torch_process_group")
-    ]
+    # name or under any set-up step the worker runs after creating it, as `execute.<step>`
+    # (`_setup_torch_process_group`, `_propagate_data_context`, ...).
+    torch_store = [e for e in exposed if e[0].startswith(("ray::RayTrainWorker", "ray::execute."))]
     # one store (one port, whichever title it was sampled under), on rank 0 of the final training
     assert len({port for _, _, port in torch_store}) <= 1, torch_store
     assert [e for e in exposed if e not in torch_store] == []

@@ -529,3 +529,49 @@ def test_promote_loss_gate_lower_is_better(registered):
     lower = promote(tracker, v3, 0.30)
     assert lower["decision"] == "promoted"
     assert str(tracker.client.get_model_version_by_alias(name, "champion").version) == v3
+
+
+def test_a_slow_server_gets_one_create_run_not_a_retried_duplicate(monkeypatch):
+    """A tracking server slowed by a busy machine answers a POST late: the client must wait for
+    it, not time out and send it again (each retry of runs/create made another run)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from mlflow import MlflowClient
+
+    from training.tracking.store import apply_http_defaults
+
+    creates = []
+
+    class SlowCreate(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            creates.append(self.path)
+            time.sleep(11)  # past the 10 s timeout trainflow used to set
+            run_id = f"run{len(creates)}"
+            info = {"run_id": run_id, "run_uuid": run_id, "experiment_id": "0"}
+            body = json.dumps(
+                {"run": {"info": {**info, "status": "RUNNING", "lifecycle_stage": "active"}}}
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowCreate)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for key in ("MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES"):
+        monkeypatch.delenv(key, raising=False)
+    try:
+        apply_http_defaults()
+        run = MlflowClient(f"http://127.0.0.1:{server.server_port}").create_run("0")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert run.info.run_id == "run1"
+    assert creates == ["/api/2.0/mlflow/runs/create"]
