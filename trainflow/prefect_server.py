@@ -42,6 +42,9 @@ class EarlyTemporaryServer:
     def _start(server) -> None:
         try:
             server.start()
+            # Prefect's own "Starting temporary server" line is lost this early (its logging
+            # is set up when the flow starts): say where the server is ourselves.
+            logger.info("Prefect's temporary server started early on %s", server.address)
         except Exception:
             # Not started: the flow's own start tries again and reports what is wrong.
             logger.warning("Prefect's temporary server did not start early", exc_info=True)
