@@ -5,9 +5,9 @@ S3 too, while the RSS summed over the CLI and every process under it (Prefect's 
 server, the local Ray instance: GCS, raylet, workers, object store) is sampled. The peak at
 200,000 rows must stay within 1.5x the peak at 20,000.
 
-Both tests are ``scale``-marked: a memory figure is a benchmark, not a CI check (two whole
-pipelines at 200,000 rows took 5 to 11 minutes of CI's 2 cores), so ``make bench`` runs them.
-The second does the same for 10,000,000 rows from local disk and from S3.
+The issue asks the default suite to keep this one. On CI's busy 2 cores its two runs took
+over 11 minutes once (they time out at 25). The ``scale``-marked test (not in the default run;
+``make bench`` runs it) does the same for 10,000,000 rows from local disk and from S3.
 """
 
 from __future__ import annotations
@@ -154,13 +154,12 @@ def pipeline_peaks(
             "storage.endpoint_url": endpoint,
         }
         runs[rows] = (tmp_path_factory.mktemp(f"home-{rows}-rows-"), sets)
-    peaks = measured_runs(runs, env, concurrent, timeout=850)
+    peaks = measured_runs(runs, env, concurrent, timeout=1500)
     for rows, peak in peaks.items():
         print(f"\n{rows:,} rows: {peak | {'summary': '...', 'console': '...', 'home': '...'}}")
     return peaks
 
 
-@pytest.mark.scale
 @pytest.mark.timeout(1800)
 def test_peak_memory_of_the_whole_run_is_flat_from_20k_to_200k_rows(s3, tmp_path_factory):
     # Both runs at once: each one's processes are measured apart, and on 2 cores their fixed
