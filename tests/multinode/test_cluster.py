@@ -168,10 +168,12 @@ def _wait(what: str, ready, proc: subprocess.Popen, home: Path, timeout: float =
         time.sleep(0.5)
 
 
-# Enough epochs that training outlasts a node's loss, its detection and the scale-back: since
-# Train's controller polls every 0.1 s (issue 18) an epoch of digits takes well under a second,
-# where it took at least 2 s before, and 20 epochs could end before the lost node was noticed.
-ELASTIC_EPOCHS = 80
+# Enough training that it outlasts a node's loss, its detection, the node's restart and the
+# scale-back. Since Train's controller polls every 0.1 s (issue 18) an epoch of digits at batch
+# 16 takes ~0.15 s, and on CI 80 of them ended while the restarted node was still on its third
+# try to join (~2 min under load). Batches of 4 (~0.5 s an epoch) and 200 epochs: minutes.
+ELASTIC_EPOCHS = 200
+ELASTIC_BATCH = 4
 
 
 def test_elastic_training_survives_a_lost_node_and_scales_back(
@@ -198,7 +200,7 @@ def test_elastic_training_survives_a_lost_node_and_scales_back(
         "--set",
         f"train.max_epochs={ELASTIC_EPOCHS}",
         "--set",
-        "train.batch_size=16",
+        f"train.batch_size={ELASTIC_BATCH}",
         "--set",
         "train.max_failures=3",
         "--set",
@@ -232,7 +234,7 @@ def test_elastic_training_survives_a_lost_node_and_scales_back(
         remaining = {n.node_id for n in ray_cluster.alive_nodes()}
         ray_cluster.start_worker()
         (restarted,) = {n.node_id for n in ray_cluster.alive_nodes()} - remaining
-        _finish(proc, home, timeout=420)
+        _finish(proc, home, timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
