@@ -124,3 +124,10 @@ def run_cli_watching_listeners(
         proc.args, proc.returncode, out.get("stdout", ""), out.get("stderr", "")
     )
     return completed, list(seen.values())
+
+
+def run_log_of(proc) -> Path:
+    """The run's log file, named on the first line ``trainflow run`` prints."""
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("trainflow run: libraries log to "), first
+    return Path(first.rsplit(" ", 1)[-1])

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cli_runner import free_port, run_cli
+from cli_runner import free_port, run_cli, run_log_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -224,15 +224,13 @@ def test_unreachable_s3_endpoint_fails_the_run_fast(stack):
     # What the run controls, from its log: the first stage's start to the flow's failure (three
     # attempts of the S3 check with the stage's retry delays), not the start-up before it,
     # which a busy CI machine stretched to 40 s. Without bounded retries this took minutes.
-    detected = _seconds_between(_run_log(proc), "preprocess: [1/5] started", "Finished in state")
+    detected = _seconds_between(
+        run_log_of(proc).read_text(errors="replace"),
+        "preprocess: [1/5] started",
+        "Finished in state",
+    )
     assert detected < S3_DETECTION_S, detected
     assert elapsed < 3 * FAIL_FAST_S, elapsed  # and no hang anywhere else
-
-
-def _run_log(proc) -> str:
-    first = proc.stdout.splitlines()[0]
-    assert first.startswith("trainflow run: libraries log to "), first
-    return Path(first.rsplit(" ", 1)[-1]).read_text(errors="replace")
 
 
 def _seconds_between(log: str, first: str, last: str) -> float:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_runner import run_cli, run_cli_watching_listeners
+from cli_runner import run_cli, run_cli_watching_listeners, run_log_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -58,13 +58,6 @@ def first_run(watched_run):
     return summary, proc
 
 
-def _log_of(proc: subprocess.CompletedProcess) -> Path:
-    """The run's log file, named on the first line the CLI prints."""
-    first = proc.stdout.splitlines()[0]
-    assert first.startswith("trainflow run: libraries log to "), first
-    return Path(first.rsplit(" ", 1)[-1])
-
-
 @pytest.fixture(scope="module")
 def client(home, first_run):
     from mlflow import MlflowClient
@@ -99,7 +92,7 @@ def test_the_console_is_short_and_the_libraries_go_to_the_log(first_run):
     assert len(lines) <= 40, "\n".join(lines)
     assert not [line for line in lines if "warning" in line.lower()], lines
     assert [line for line in lines if line.startswith("[5/5] promote:")], lines
-    log = _log_of(proc)
+    log = run_log_of(proc)
     assert log.is_file() and log.parent.name == "logs"
     text = log.read_text(errors="replace")
     assert "Beginning flow run" in text and "Finished in state Completed" in text  # Prefect
@@ -322,7 +315,7 @@ def test_user_errors_get_one_message_and_no_traceback(home, first_run, client, n
     for text in expected:
         assert text in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
-    assert "Retry" not in _log_of(proc).read_text(errors="replace")  # never retried
+    assert "Retry" not in run_log_of(proc).read_text(errors="replace")  # never retried
     state_message, logs = _last_flow_run_logs(home)
     assert expected[0] in state_message, state_message
     assert any(expected[0] in line for line in logs), logs
