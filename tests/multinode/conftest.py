@@ -255,6 +255,21 @@ def s3_server(tmp_path_factory) -> S3Server:
                 os.environ[key] = value
 
 
+def _ensure_auth_token() -> None:
+    """`ray start --head` with token auth refuses to start without a token, which a fresh
+    machine lacks until something runs `ray.init` (it makes ~/.ray/auth_token). Make it the
+    way `ray get-auth-token --generate` does, unless one is already given or on disk."""
+    from ray._private.authentication.authentication_token_setup import (
+        _get_default_token_path,
+        generate_and_save_token,
+    )
+
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    if not _get_default_token_path().exists():
+        generate_and_save_token()
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(s3_server, tmp_path_factory) -> RayCluster:
     """A head node and one worker node, both `ray start` processes on 127.0.0.1."""
@@ -274,6 +289,7 @@ def ray_cluster(s3_server, tmp_path_factory) -> RayCluster:
     previous_auth = os.environ.get("RAY_AUTH_MODE")
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     env["RAY_AUTH_MODE"] = os.environ["RAY_AUTH_MODE"]  # a joining node does not infer it
+    _ensure_auth_token()
     head = _start_node(env, workdir, "head", head_ports=(gcs_port, dashboard_port))
     address = f"127.0.0.1:{gcs_port}"
     cluster = RayCluster(
