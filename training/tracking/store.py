@@ -7,6 +7,7 @@ import logging
 import os
 from pathlib import Path
 
+from training import db_templates
 from training.config import MlflowConfig, PipelineConfig
 from training.errors import ConfigError, ServiceUnreachableError, TrainflowError
 from training.probe import http_problem
@@ -131,9 +132,35 @@ def configure(config: PipelineConfig, create: bool = True) -> Tracker:
                 "first, or point mlflow.tracking_uri / MLFLOW_TRACKING_URI at your store"
             )
         db.parent.mkdir(parents=True, exist_ok=True)
+    fresh = db is not None and not db.exists()
+    seeded = fresh and db_templates.seed(
+        db, "mlflow", _mlflow_version(), _default_experiment_in(db)
+    )
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    if fresh and not seeded:
+        client.search_experiments(max_results=1)  # MLflow creates its tables on first use
+        db_templates.save(db, "mlflow", _mlflow_version())
     experiment_id = _experiment_id(client, uri, config, create)
     return Tracker(client, uri, experiment_id, config)
+
+
+def _mlflow_version() -> str:
+    import mlflow
+
+    return mlflow.__version__
+
+
+def _default_experiment_in(db: Path):
+    """A template's "Default" experiment (id 0) keeps its artifacts where the first home's
+    working directory was; this home's copy keeps them beside its own database."""
+
+    def fix_up(conn) -> None:
+        location = (db.parent / "mlartifacts" / "0").as_uri()
+        conn.execute(
+            "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (location,)
+        )
+
+    return fix_up
 
 
 def _experiment_id(client, uri: str, config: PipelineConfig, create: bool) -> str:
