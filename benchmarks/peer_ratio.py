@@ -36,9 +36,11 @@ def _clean_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _timed(cmd: list[str], home: Path) -> tuple[float, str]:
+def _timed(cmd: list[str], home: Path, **env: str) -> tuple[float, str]:
     started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=home, env=_clean_env(home), capture_output=True, text=True)
+    proc = subprocess.run(
+        cmd, cwd=home, env={**_clean_env(home), **env}, capture_output=True, text=True
+    )
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[:3]} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -52,11 +54,11 @@ def _peer(peer: Path) -> dict:
     return {"wall_s": round(wall, 2), "test_accuracy": float(found[1]) if found else None}
 
 
-def _trainflow() -> dict:
+def _trainflow(**env: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="trainflow-") as tmp:
         summary = Path(tmp) / "summary.json"
         cli = Path(sys.executable).with_name("trainflow")
-        wall, _ = _timed([str(cli), "run", "--summary-json", str(summary)], Path(tmp))
+        wall, _ = _timed([str(cli), "run", "--summary-json", str(summary)], Path(tmp), **env)
         data = json.loads(summary.read_text())
     return {
         "wall_s": round(wall, 2),
@@ -71,25 +73,37 @@ def main(argv: list[str] | None = None) -> None:
         "--peer", type=Path, default=REPO_ROOT.parent / "shared/peers/plain_digits.py"
     )
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--cold-db",
+        action="store_true",
+        help="add a third arm: trainflow with TRAINFLOW_DB_TEMPLATES=0, as the first run on a "
+        "machine (MLflow and Prefect migrate their databases in the fresh home)",
+    )
     args = parser.parse_args(argv)
     if not args.peer.is_file():
         raise SystemExit(f"no peer script at {args.peer}; pass --peer PATH")
     reps = []
     for rep in range(args.reps):
         pair = {"peer": _peer(args.peer), "trainflow": _trainflow()}
+        if args.cold_db:
+            pair["trainflow_cold_db"] = _trainflow(TRAINFLOW_DB_TEMPLATES="0")
         reps.append(pair)
-        peer_s, ours_s = pair["peer"]["wall_s"], pair["trainflow"]["wall_s"]
-        print(f"rep {rep + 1}: peer {peer_s} s, trainflow {ours_s} s", flush=True)
-    peer_median = statistics.median(r["peer"]["wall_s"] for r in reps)
-    ours_median = statistics.median(r["trainflow"]["wall_s"] for r in reps)
+        walls = ", ".join(f"{arm} {run['wall_s']} s" for arm, run in pair.items())
+        print(f"rep {rep + 1}: {walls}", flush=True)
+    medians = {arm: statistics.median(r[arm]["wall_s"] for r in reps) for arm in reps[0]}
     result = {
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "load_avg_at_start": os.getloadavg()[0],
         "reps": reps,
-        "peer_median_s": peer_median,
-        "trainflow_median_s": ours_median,
-        "ratio_of_medians": round(ours_median / peer_median, 2),
+        "peer_median_s": medians["peer"],
+        "trainflow_median_s": medians["trainflow"],
+        "ratio_of_medians": round(medians["trainflow"] / medians["peer"], 2),
     }
+    if args.cold_db:
+        result["trainflow_cold_db_median_s"] = medians["trainflow_cold_db"]
+        result["cold_db_ratio_of_medians"] = round(
+            medians["trainflow_cold_db"] / medians["peer"], 2
+        )
     RESULT.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "reps"}, indent=2))
 
