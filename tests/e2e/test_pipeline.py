@@ -96,12 +96,14 @@ def test_the_console_is_short_and_the_libraries_go_to_the_log(first_run):
     assert log.is_file() and log.parent.name == "logs"
     text = log.read_text(errors="replace")
     assert "Beginning flow run" in text and "Finished in state Completed" in text  # Prefect
-    # One temporary Prefect server, the one the CLI started early: the flow found it running
-    # (Prefect's client says "Starting temporary server" when it starts one itself).
+    # One temporary Prefect server, the one the CLI started early: the flow found it running.
+    # Prefect says "Starting temporary server on URL" for every one it starts; the early one's
+    # line reaches the log only when Prefect's logging was set up in time, a second one's always.
     # (every trainflow line is in the log twice: our format and Prefect's, which the flow adds)
     early = set(re.findall(r"temporary server started early on http://127\.0\.0\.1:(\d+)", text))
     assert len(early) == 1, text[:3000]
-    assert "Starting temporary server" not in text, text[:3000]
+    started = set(re.findall(r"Starting temporary server on http://127\.0\.0\.1:(\d+)", text))
+    assert started <= early, text[:3000]
     assert text.index("temporary server started early") < text.index("Beginning flow run")
     assert "Starting execution of Dataset" in text  # Ray Data
     assert "trainflow.progress" in text  # our own events, with timestamps
