@@ -18,23 +18,23 @@ def pytest_configure(config):
 
 
 # The modules that take most of the suite, longest first (worker-seconds on 2 cores from the
-# suite's --durations, 2026-11-25: from 560 for the first down to 95 for the last).
+# suite's --durations, 2026-11-25 evening: from ~410 for the first down to ~45 for the last).
 # `make test` gives whole modules to two pytest workers in collection order
 # (--no-loadscope-reorder); a long module that starts last runs alone while the other worker
 # idles, which xdist's own reorder (most tests first) does to exactly these few-test modules.
 LONGEST_FIRST = (
-    "tests/e2e/test_flow_kill_resume.py",
-    "tests/multinode/test_cluster.py",
     "tests/e2e/test_pipeline.py",
-    "tests/e2e/test_local_stack.py",
+    "tests/multinode/test_cluster.py",
     "tests/integration/test_faults.py",
+    "tests/e2e/test_flow_kill_resume.py",
     "tests/e2e/test_scale_memory.py",
-    "tests/integration/test_training.py",
+    "tests/e2e/test_local_stack.py",
     "tests/e2e/test_mlflow_ui.py",
     "tests/e2e/test_custom_model_pipeline.py",
+    "tests/integration/test_training.py",
+    "tests/integration/test_benchmarks_smoke.py",
     "tests/e2e/test_regression_pipeline.py",
     "tests/integration/test_fsdp.py",
-    "tests/integration/test_benchmarks_smoke.py",
     "tests/e2e/test_exposed_stack.py",
 )
 
