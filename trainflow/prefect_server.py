@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from training import db_templates
@@ -34,22 +35,22 @@ class EarlyTemporaryServer:
         # The same test as Prefect's client: a configured server, or no temporary one allowed.
         if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
             return
-        database = _sqlite_database()
-        seeded = database is not None and _seed_database(database)
+        files = _DatabaseFiles.of_current_settings()
+        seeded = files is not None and files.seed()
         self._thread = threading.Thread(
             target=self._start,
-            args=(SubprocessASGIServer(), None if seeded else database),
+            args=(SubprocessASGIServer(), None if seeded else files),
             name="prefect-temporary-server",
             daemon=True,
         )
         self._thread.start()
 
     @staticmethod
-    def _start(server, new_database: Path | None) -> None:
+    def _start(server, new_database: _DatabaseFiles | None) -> None:
         try:
             server.start()
             if new_database is not None:
-                _save_database(new_database)
+                new_database.save()
             # Prefect's own "Starting temporary server" line is lost this early (its logging
             # is set up when the flow starts): say where the server is ourselves.
             logger.info("Prefect's temporary server started early on %s", server.address)
@@ -67,47 +68,52 @@ class EarlyTemporaryServer:
             self._thread.join()
 
 
-def _sqlite_database() -> Path | None:
-    """The server's database file, where it is Prefect's default kind (sqlite)."""
-    from prefect.settings import get_current_settings
+@dataclass(frozen=True)
+class _DatabaseFiles:
+    """This home's Prefect database and block-registration memo, and their templates.
 
-    url = get_current_settings().server.database.connection_url
-    url = url.get_secret_value() if url is not None else ""
-    prefix = "sqlite+aiosqlite:///"
-    return Path(url.removeprefix(prefix)) if url.startswith(prefix) else None
+    Read from the settings in the calling thread: Prefect's settings context does not follow
+    into the thread that starts the server.
+    """
 
+    database: Path
+    memo: Path
+    version: str
 
-def _template_files() -> tuple[Path, Path, Path]:
-    """(template, memo template, this home's memo): Prefect's memo of its block registration
-    travels with the database that holds those blocks."""
-    import prefect
-    from prefect.settings import get_current_settings
+    @classmethod
+    def of_current_settings(cls) -> _DatabaseFiles | None:
+        """None where the database is not Prefect's default kind (sqlite)."""
+        import prefect
+        from prefect.settings import get_current_settings
 
-    template = db_templates.template_path("prefect", prefect.__version__)
-    memo = get_current_settings().server.memo_store_path
-    return template, template.with_suffix(".memo_store.toml"), memo
+        settings = get_current_settings()
+        url = settings.server.database.connection_url
+        url = url.get_secret_value() if url is not None else ""
+        prefix = "sqlite+aiosqlite:///"
+        if not url.startswith(prefix):
+            return None
+        return cls(
+            Path(url.removeprefix(prefix)), settings.server.memo_store_path, prefect.__version__
+        )
 
+    @property
+    def memo_template(self) -> Path:
+        # The memo travels with the database that holds the blocks it remembers.
+        return db_templates.template_path("prefect", self.version).with_suffix(".memo_store.toml")
 
-def _seed_database(database: Path) -> bool:
-    """A fresh home's database (and block memo) from the template: no migrations to run."""
-    import prefect
+    def seed(self) -> bool:
+        """A fresh home's database (and memo) from the template: no migrations to run."""
+        if not db_templates.seed(self.database, "prefect", self.version, None):
+            return False
+        if self.memo_template.is_file() and not self.memo.exists():
+            shutil.copyfile(self.memo_template, self.memo)
+        return True
 
-    if not db_templates.seed(database, "prefect", prefect.__version__, None):
-        return False
-    _, memo_template, memo = _template_files()
-    if memo_template.is_file() and not memo.exists():
-        shutil.copyfile(memo_template, memo)
-    return True
-
-
-def _save_database(database: Path) -> None:
-    """Keep the just-migrated database (and block memo) as the template of later homes."""
-    import prefect
-
-    template, memo_template, memo = _template_files()
-    if template.exists():
-        return
-    if memo.is_file():
-        memo_template.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(memo, memo_template)
-    db_templates.save(database, "prefect", prefect.__version__)
+    def save(self) -> None:
+        """Keep the just-migrated database (and memo) as the template of later homes."""
+        if db_templates.template_path("prefect", self.version).exists():
+            return
+        if self.memo.is_file():
+            self.memo_template.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.memo, self.memo_template)
+        db_templates.save(self.database, "prefect", self.version)

@@ -68,3 +68,43 @@ def test_a_failed_early_start_is_logged_not_raised(monkeypatch, caplog):
         early = EarlyTemporaryServer()
         early.wait()
     assert "did not start early" in caplog.text and "Timed out" in caplog.text
+
+
+def test_a_fresh_home_gets_the_first_homes_migrated_database(monkeypatch, tmp_path):
+    """The first home's server migrates and its database becomes the template; the next fresh
+    home starts from a copy of it (and of Prefect's block-registration memo)."""
+    import sqlite3
+
+    from prefect.settings import PREFECT_API_DATABASE_CONNECTION_URL, PREFECT_MEMO_STORE_PATH
+
+    from training import db_templates
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(db_templates.DISABLE_ENV, raising=False)
+    found = []
+    homes = []
+
+    def start(self, timeout=None):
+        """Stands in for the server: records what the home held, then 'migrates'."""
+        with sqlite3.connect(homes[-1] / "prefect.db") as conn:
+            found.append(conn.execute("SELECT name FROM sqlite_master").fetchall())
+            conn.execute("CREATE TABLE IF NOT EXISTS migrated (v INTEGER)")
+        conn.close()
+        (homes[-1] / "memo_store.toml").write_text('block_auto_registration = "abc"\n')
+
+    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    for name in ("first", "second"):
+        home = tmp_path / name
+        home.mkdir()
+        homes.append(home)
+        updates = {
+            PREFECT_API_DATABASE_CONNECTION_URL: f"sqlite+aiosqlite:///{home / 'prefect.db'}",
+            PREFECT_MEMO_STORE_PATH: home / "memo_store.toml",
+            PREFECT_API_URL: None,
+            PREFECT_SERVER_EPHEMERAL_ENABLED: True,
+        }
+        with temporary_settings(updates=updates):
+            EarlyTemporaryServer().wait()
+    assert found == [[], [("migrated",)]]
+    memo = (tmp_path / "second" / "memo_store.toml").read_text()
+    assert memo == 'block_auto_registration = "abc"\n'
