@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -109,22 +108,6 @@ def _clean_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL the run's process group and every descendant (by pid: Ray may leave the group)."""
-    psutil = h.psutil_module()
-    try:
-        descendants = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        descendants = []
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for child in descendants:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
-    proc.wait(timeout=60)
-    psutil.wait_procs(descendants, timeout=30)
-
-
 def mid_sweep(threshold: int):
     """A kill condition: the sweep's state is saved and ``threshold`` trials have reported."""
 
@@ -164,16 +147,16 @@ def run_flow(
         try:
             while proc.poll() is None:
                 if time.time() - started > timeout_s:
-                    _kill_tree(proc)
+                    h.kill_tree(proc)
                     raise TimeoutError(f"trainflow run {run_id} took over {timeout_s:.0f} s")
                 if kill_when is not None and killed_at is None and kill_when(home, run_id):
                     killed_at = time.time()
-                    _kill_tree(proc)
+                    h.kill_tree(proc)
                     break
                 time.sleep(0.2)
         except BaseException:
             if proc.poll() is None:
-                _kill_tree(proc)
+                h.kill_tree(proc)
             raise
     ended = time.time() if killed_at is None else killed_at
     result = {

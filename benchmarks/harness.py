@@ -8,12 +8,14 @@ summary table of ``docs/benchmarks.md`` from those files.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
 import os
 import platform
 import re
+import signal
 import statistics
 import threading
 import time
@@ -551,6 +553,25 @@ def update_docs(
 
 # ---------------------------------------------------------------------------------------------
 # Memory sampling
+
+
+def kill_tree(proc) -> None:
+    """SIGKILL a started command (a ``subprocess.Popen``), its process group and every
+    descendant (by pid: Ray may leave the group), then reap them."""
+    psutil = psutil_module()
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for process in descendants:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()  # not a group leader: the group kill above missed it
+    proc.wait(timeout=60)
+    psutil.wait_procs(descendants, timeout=30)
 
 
 def psutil_module():

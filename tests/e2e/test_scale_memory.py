@@ -13,7 +13,6 @@ from S3.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -26,7 +25,7 @@ from pathlib import Path
 import pytest
 from cli_runner import TRAINFLOW, cli_env, free_port
 
-from benchmarks.harness import PeakSampler
+from benchmarks.harness import PeakSampler, kill_tree
 from training.data.synthetic import write_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -114,13 +113,7 @@ class MeasuredRun:
             if self.proc.poll() is None:
                 # The whole tree (its Ray instance, Prefect's server): left running, they would
                 # slow down every test after this one.
-                import psutil
-
-                tree = psutil.Process(self.proc.pid).children(recursive=True)
-                for process in [psutil.Process(self.proc.pid), *tree]:
-                    with contextlib.suppress(psutil.Error):
-                        process.kill()
-                self.proc.wait()
+                kill_tree(self.proc)
         console = (self.home / "console.txt").read_text(errors="replace")
         assert self.proc.returncode == 0, console[-4000:]
         return {
