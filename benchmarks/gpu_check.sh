@@ -1,0 +1,31 @@
+#!/bin/bash
+# The GPU checks of issue 18 in one go, for a lent GPU machine: the `gpu` tests, then the default
+# pipeline with use_gpu + bf16 beside the same run on the CPUs (benchmarks/gpu_pipeline.py).
+#
+#   OUT=results-dir PY=python3 bash benchmarks/gpu_check.sh
+#
+# Run from the repository root with trainflow's dependencies importable by $PY (an installed
+# venv, or PYTHONPATH=<unpacked wheels>:. on a machine that reaches no registry). Each step has a
+# time limit, so that a hung step still leaves the others' results in $OUT.
+set -u
+export PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+OUT=${OUT:?set OUT to a results directory}
+mkdir -p "$OUT"
+T0=$(date +%s)
+stamp() { echo "[gpu-check +$(($(date +%s) - T0))s] $*"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/nvidia-smi.txt" 2>&1
+"$PY" -c "import torch, ray, prefect, mlflow, pyarrow; print('torch', torch.__version__, \
+'cuda', torch.cuda.is_available(), 'ray', ray.__version__, 'prefect', prefect.__version__, \
+'mlflow', mlflow.__version__, 'pyarrow', pyarrow.__version__)" | tee "$OUT/versions.txt"
+stamp "gpu tests"
+TRAINFLOW_GPU_RESULT="$OUT/gpu-tests.json" timeout "${TESTS_S:-300}" \
+  "$PY" -m pytest -p no:cacheprovider -m gpu tests/gpu -s -v --timeout 300 >"$OUT/pytest-gpu.log" 2>&1
+echo "pytest rc=$?"
+tail -5 "$OUT/pytest-gpu.log"
+stamp "default pipeline: gpu (bf16) and cpu arms"
+timeout "${BENCH_S:-300}" "$PY" -m benchmarks.gpu_pipeline --reps "${REPS:-1}" \
+  --out "$OUT/gpu.json" >"$OUT/gpu-pipeline.log" 2>&1
+echo "bench rc=$?"
+tail -30 "$OUT/gpu-pipeline.log"
+stamp "done"
