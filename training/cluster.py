@@ -86,6 +86,8 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
             # without an explicit address it auto-detects, and with two Ray instances on one
             # machine (two runs at once, a test beside a run) it may ask the wrong one.
             runtime_env["env_vars"]["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dashboard_port}"
+            if os.environ.get("TF_EXP_NO_ENVVARS") == "1":
+                os.environ.update(runtime_env.pop("env_vars"))
             ray.init(
                 # "local": always a new instance; with no address Ray would join whatever
                 # cluster `ray start` last started on this machine.
