@@ -316,3 +316,76 @@ def test_a_worker_sizes_its_shard_from_the_manifest_before_reading_it(monkeypatc
     assert context._cache_bytes == {"train": 0, "val": 1024**2}
     settings["split_rows"]["train"] = train_rows - 40  # now it fits
     assert TrainContext.from_settings(settings)._cache_bytes["train"] == 1024**2
+
+
+def _in_memory_context(monkeypatch, rank: int, world: int, arrays: dict):
+    """A TrainContext of ``rank`` of ``world`` given in-memory splits (``ray.get`` faked)."""
+    import ray
+    import ray.train
+
+    from training.loop.contexts import TrainContext
+
+    class Context:
+        def get_world_size(self):
+            return world
+
+        def get_world_rank(self):
+            return rank
+
+    def no_shard(split):
+        raise AssertionError("in-memory splits must not ask Ray Data for a shard")
+
+    monkeypatch.setattr(ray.train, "get_context", Context)
+    monkeypatch.setattr(ray.train, "get_dataset_shard", no_shard)
+    monkeypatch.setattr(ray, "get", lambda ref: arrays[ref])
+    config = load_config(None, [])
+    settings = loop_config(config, SPEC, 1, split_rows={"train": 11, "val": 5})
+    settings["in_memory_splits"] = {"train": "train-ref", "val": "val-ref"}
+    return TrainContext.from_settings(settings)
+
+
+def test_in_memory_splits_give_each_rank_an_equal_disjoint_shard(monkeypatch):
+    from training.manifest import SAMPLE_ID
+
+    width = SPEC.num_features
+    arrays = {
+        f"{split}-ref": (
+            np.arange(rows * width, dtype=np.float32).reshape(rows, width),
+            np.arange(rows) % 3,
+            np.arange(100, 100 + rows),
+        )
+        for split, rows in (("train", 11), ("val", 5))
+    }
+    seen = []
+    for rank in range(3):
+        context = _in_memory_context(monkeypatch, rank, 3, arrays)
+        batches = list(context._batches("train", 2, seed=None))
+        ids = torch.cat([batch[SAMPLE_ID] for batch in batches]).tolist()
+        assert len(ids) == 3  # 11 rows // 3 ranks: every rank the same number of rows
+        features, labels = next(context.train_batches(0, 8))
+        assert features.dtype == torch.float32 and labels.dtype == torch.int64
+        assert len(list(context.val_batches(8))[0][1]) == 1  # 5 // 3
+        seen += ids
+    assert sorted(seen) == sorted(set(seen)) == list(range(100, 109))  # disjoint, none twice
+
+
+def test_small_splits_on_one_node_are_handed_over_in_memory_unless_caching_is_off(monkeypatch):
+    import ray
+
+    from training import cluster
+    from training.data import read
+    from training.loop import trainer
+
+    manifest = SimpleNamespace(spec=SPEC, rows={"train": 1000, "val": 200})
+    monkeypatch.setattr(cluster, "is_single_node", lambda: True)
+    monkeypatch.setattr(read, "load_split_arrays", lambda manifest, split, endpoint: split)
+    monkeypatch.setattr(ray, "put", lambda value: f"ref:{value}")
+    config = load_config(None, [])
+    assert trainer.in_memory_splits(config, manifest, 2) == {"train": "ref:train", "val": "ref:val"}
+    off = load_config(None, ["train.shard_cache_mb=0"])  # the user asked to stream every epoch
+    assert trainer.in_memory_splits(off, manifest, 2) is None
+    monkeypatch.setattr(trainer, "MATERIALIZE_BELOW_BYTES", 1000)  # a split too large
+    assert trainer.in_memory_splits(config, manifest, 2) is None
+    monkeypatch.setattr(trainer, "MATERIALIZE_BELOW_BYTES", 256 * 1024**2)
+    monkeypatch.setattr(cluster, "is_single_node", lambda: False)  # refs would not survive
+    assert trainer.in_memory_splits(config, manifest, 2) is None
