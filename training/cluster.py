@@ -78,6 +78,7 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
     try:
         if address:
             _keep_local_instance_on_loopback(False)
+            _forget_local_api_server()
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         else:
             _keep_local_instance_on_loopback(True)
@@ -86,8 +87,7 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
             # without an explicit address it auto-detects, and with two Ray instances on one
             # machine (two runs at once, a test beside a run) it may ask the wrong one.
             runtime_env["env_vars"]["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dashboard_port}"
-            if os.environ.get("TF_EXP_NO_ENVVARS") == "1":
-                os.environ.update(runtime_env.pop("env_vars"))
+            _inherit_env_vars(runtime_env)
             ray.init(
                 # "local": always a new instance; with no address Ray would join whatever
                 # cluster `ray start` last started on this machine.
@@ -115,6 +115,33 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
             "RAY_ADDRESS, or unset it to use a local instance"
         ) from None
     return ray.cluster_resources()
+
+
+# The State API address this process put in its environment for its local instance.
+_local_api_server: str | None = None
+
+
+def _inherit_env_vars(runtime_env: dict) -> None:
+    """Move the job's env_vars into this process's environment, for a local instance.
+
+    Its processes inherit the driver's environment (the raylet starts the workers), so the
+    variables reach them either way; but a runtime_env, even of env_vars alone, gives the job a
+    worker pool of its own, and the workers Ray prestarts at init (with no runtime_env) then
+    serve nothing: every task and actor waited for a new process. ``py_modules`` stay.
+    """
+    global _local_api_server
+
+    os.environ.update(runtime_env.pop("env_vars", {}))
+    _local_api_server = os.environ.get("RAY_API_SERVER_ADDRESS")
+
+
+def _forget_local_api_server() -> None:
+    """A driver joining a cluster must not point the State API at an old local instance."""
+    global _local_api_server
+
+    if _local_api_server and os.environ.get("RAY_API_SERVER_ADDRESS") == _local_api_server:
+        del os.environ["RAY_API_SERVER_ADDRESS"]
+    _local_api_server = None
 
 
 # Ray's switch for a machine that is its own whole cluster (Ray's default on macOS and Windows):

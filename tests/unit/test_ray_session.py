@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -89,3 +90,25 @@ def test_a_local_instance_is_switched_to_loopback_and_a_cluster_driver_back(monk
     cluster._keep_local_instance_on_loopback(False)
     assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in cluster.os.environ
     assert ray_constants.ENABLE_RAY_CLUSTER is True
+
+
+def test_a_local_instance_inherits_our_env_vars_instead_of_a_runtime_env(monkeypatch):
+    """An env_vars runtime_env would give the job its own worker pool, leaving the workers Ray
+    prestarts unused; a local instance's workers inherit the driver's environment instead."""
+    # A copy of the environment: nothing set here outlives the test.
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    os.environ.pop("RAY_API_SERVER_ADDRESS", None)
+    os.environ.pop("RAY_DEDUP_LOGS", None)
+    runtime_env = cluster.job_runtime_env(cluster.RayConfig(), None, ["/models"])
+    runtime_env["env_vars"]["RAY_API_SERVER_ADDRESS"] = "http://127.0.0.1:1234"
+    cluster._inherit_env_vars(runtime_env)
+    assert runtime_env == {"py_modules": ["/models"]}  # a custom model's package still travels
+    assert os.environ["RAY_API_SERVER_ADDRESS"] == "http://127.0.0.1:1234"
+    assert os.environ["RAY_DEDUP_LOGS"] == cluster.ray_env()["RAY_DEDUP_LOGS"]
+    # Joining a cluster later, this process must not ask the old instance's State API...
+    cluster._forget_local_api_server()
+    assert "RAY_API_SERVER_ADDRESS" not in os.environ
+    # ...but an address the user set is theirs.
+    os.environ["RAY_API_SERVER_ADDRESS"] = "http://head:8265"
+    cluster._forget_local_api_server()
+    assert os.environ["RAY_API_SERVER_ADDRESS"] == "http://head:8265"
