@@ -112,3 +112,29 @@ def test_a_local_instance_inherits_our_env_vars_instead_of_a_runtime_env(monkeyp
     os.environ["RAY_API_SERVER_ADDRESS"] = "http://head:8265"
     cluster._forget_local_api_server()
     assert os.environ["RAY_API_SERVER_ADDRESS"] == "http://head:8265"
+
+
+def test_a_local_instance_runs_no_preemption_watcher_unless_asked(monkeypatch):
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    os.environ.pop("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", None)
+    started = {}
+
+    def fake_init(**kwargs):
+        started.update(kwargs, env=dict(os.environ))
+        raise ConnectionError("stop here")
+
+    import ray
+    from ray._private import ray_constants
+
+    # connect() flips Ray's loopback switch for a local instance: put it back afterwards.
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", ray_constants.ENABLE_RAY_CLUSTER)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake_init)
+    with pytest.raises(cluster.ServiceUnreachableError):
+        cluster.connect(cluster.RayConfig())
+    assert started["env"]["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"
+    assert started["runtime_env"] == {}  # every variable inherited, none in a runtime_env
+    os.environ["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "1"  # the user's choice wins
+    with pytest.raises(cluster.ServiceUnreachableError):
+        cluster.connect(cluster.RayConfig())
+    assert started["env"]["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "1"
