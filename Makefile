@@ -32,7 +32,7 @@ format: setup
 # then the `scale` tests (issue 16: 10M rows through the whole pipeline, ~1 h).
 bench: setup
 	$(BIN)/python -m benchmarks
-	$(BIN)/python -m pytest -m scale tests/e2e/test_scale_memory.py
+	TRAINFLOW_SCALE_OUT=docs $(BIN)/python -m pytest -m scale tests/e2e/test_scale_memory.py -s
 
 clean:
 	rm -rf $(VENV) .trainflow .pytest_cache

@@ -26,6 +26,7 @@ import pytest
 from cli_runner import TRAINFLOW, cli_env, free_port
 
 from benchmarks.harness import PeakSampler, kill_tree
+from benchmarks.memory_plot import write_memory_over_time
 from training.data.synthetic import write_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -120,6 +121,7 @@ class MeasuredRun:
             "peak_rss_mib": round(self.sampler.peak_rss / MIB),
             "processes": self.sampler.peak_procs,
             "run_s": round(time.monotonic() - self.started, 1),
+            "series": list(self.sampler.series),
             "summary": json.loads(self.summary.read_text()),
             "console": console,
             "home": self.home,
@@ -134,6 +136,9 @@ def measured_runs(runs: dict, env: dict, timeout: float) -> dict:
         key: MeasuredRun(home, sets, env).finish(deadline - time.monotonic())
         for key, (home, sets) in runs.items()
     }
+
+
+ELIDED = ("summary", "console", "home", "series")  # too long for the test's output
 
 
 def pipeline_peaks(s3, tmp_path_factory, sizes: tuple[int, ...]) -> dict[int, dict]:
@@ -151,7 +156,8 @@ def pipeline_peaks(s3, tmp_path_factory, sizes: tuple[int, ...]) -> dict[int, di
         runs[rows] = (tmp_path_factory.mktemp(f"home-{rows}-rows-"), sets)
     peaks = measured_runs(runs, env, timeout=1500)
     for rows, peak in peaks.items():
-        print(f"\n{rows:,} rows: {peak | {'summary': '...', 'console': '...', 'home': '...'}}")
+        shown = {key: value for key, value in peak.items() if key not in ELIDED}
+        print(f"\n{rows:,} rows: {shown}")
     return peaks
 
 
@@ -200,7 +206,7 @@ def test_ten_million_rows_in_flat_memory(where, s3, tmp_path_factory):
     and from the loopback S3 server: peak RSS of all processes <= 1.5x the peak at 1M rows, and
     below 8 GiB."""
     endpoint, env = s3
-    peaks = {}
+    peaks, series = {}, {}
     for rows in (1_000_000, 10_000_000):
         if where == "s3":
             source = f"s3://{BUCKET}/table-{rows}"
@@ -215,9 +221,14 @@ def test_ten_million_rows_in_flat_memory(where, s3, tmp_path_factory):
             sets["storage.endpoint_url"] = endpoint
         run = measured_runs({rows: (home, sets)}, env, timeout=3600)[rows]
         peaks[rows] = run["peak_rss_mib"] * MIB
+        series[f"{rows:,} rows"] = run["series"]
         print(
             f"\n{where} {rows:,} rows: peak RSS {run['peak_rss_mib']:,} MiB over "
             f"{run['processes']} processes, {run['run_s']:.0f} s"
         )
+    # The picture of it (docs/ with TRAINFLOW_SCALE_OUT=docs, as `make bench` runs it).
+    out = Path(os.environ.get("TRAINFLOW_SCALE_OUT") or tmp_path_factory.mktemp("plots"))
+    png, _ = write_memory_over_time(series, out, f"scale-memory-{where}")
+    print(f"memory over time: {png}")
     assert peaks[10_000_000] <= 1.5 * peaks[1_000_000], peaks
     assert peaks[10_000_000] < 8 * GIB, peaks

@@ -509,3 +509,18 @@ def test_b4_mid_sweep_kill_condition(tmp_path):
     assert not check(tmp_path, "r1")  # no saved experiment state yet: a kill could not resume
     (sweep / "experiment_state-x.json").write_text("{}")
     assert check(tmp_path, "r1")
+
+
+def test_memory_over_time_is_drawn_and_kept_as_data(tmp_path):
+    from benchmarks.memory_plot import GIB, write_memory_over_time
+
+    runs = {
+        "1,000,000 rows": [(0.0, 1 * GIB, None), (1.0, 2 * GIB, None)],
+        "10,000,000 rows": [(0.0, 1 * GIB, None), (5.0, 3 * GIB, None)],
+    }
+    png, data = write_memory_over_time(runs, tmp_path / "docs", "scale-memory-local")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(data.read_text()) == {
+        "1,000,000 rows": [[0.0, GIB], [1.0, 2 * GIB]],
+        "10,000,000 rows": [[0.0, GIB], [5.0, 3 * GIB]],
+    }
