@@ -263,6 +263,7 @@ def shutdown() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+    _forget_local_api_server()  # that instance's State API is gone with it
 
 
 def worker_resources(train) -> dict[str, float]:

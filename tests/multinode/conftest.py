@@ -281,6 +281,10 @@ def ray_cluster(s3_server, tmp_path_factory) -> RayCluster:
         "RAY_USAGE_STATS_ENABLED": "0",
     }
     env.pop("RAY_ADDRESS", None)
+    # A local instance started earlier in this process leaves its State API address and its
+    # own Train switches in this environment; the nodes must not inherit them.
+    for key in ("RAY_API_SERVER_ADDRESS", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"):
+        env.pop(key, None)
     # A local instance started earlier in this process keeps Ray on loopback with this switch,
     # which `ray start` refuses for a worker node; these nodes are on 127.0.0.1 by their flags.
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)

@@ -108,6 +108,10 @@ def test_a_local_instance_inherits_our_env_vars_instead_of_a_runtime_env(monkeyp
     # Joining a cluster later, this process must not ask the old instance's State API...
     cluster._forget_local_api_server()
     assert "RAY_API_SERVER_ADDRESS" not in os.environ
+    # ...nor after its own instance has shut down.
+    cluster._inherit_env_vars({"env_vars": {"RAY_API_SERVER_ADDRESS": "http://127.0.0.1:9"}})
+    cluster.shutdown()
+    assert "RAY_API_SERVER_ADDRESS" not in os.environ
     # ...but an address the user set is theirs.
     os.environ["RAY_API_SERVER_ADDRESS"] = "http://head:8265"
     cluster._forget_local_api_server()
