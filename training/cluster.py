@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -87,7 +88,6 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
     try:
         if address:
             _keep_local_instance_on_loopback(False)
-            _forget_local_api_server()
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         else:
             _keep_local_instance_on_loopback(True)
@@ -98,27 +98,28 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
             runtime_env["env_vars"]["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dashboard_port}"
             for key, value in _LOCAL_INSTANCE_ENV_DEFAULTS.items():
                 runtime_env["env_vars"][key] = os.environ.get(key, value)
-            _inherit_env_vars(runtime_env)
-            ray.init(
-                # "local": always a new instance; with no address Ray would join whatever
-                # cluster `ray start` last started on this machine.
-                address="local",
-                num_cpus=ray_config.num_cpus,
-                # The dashboard serves the State API that Train V2 uses to clean up placement
-                # groups of trials stopped by ASHA; without it later trials hang.
-                include_dashboard=True,
-                # The dashboard's HTTP API on loopback too (its default is 127.0.0.1 already,
-                # said here so that a change of default cannot expose it).
-                dashboard_host="127.0.0.1",
-                dashboard_port=dashboard_port,
-                # Sessions (logs, spilled objects) under the trainflow home, not /tmp/ray shared
-                # by every Ray on the machine: a run's logs are found, and checked, in one place.
-                _temp_dir=str(ray_temp_dir()),
-                runtime_env=runtime_env,
-                configure_logging=True,
-                logging_level=logging.WARNING,
-                log_to_driver=True,
-            )
+            with _environ_for_local_instance(runtime_env):
+                ray.init(
+                    # "local": always a new instance; with no address Ray would join whatever
+                    # cluster `ray start` last started on this machine.
+                    address="local",
+                    num_cpus=ray_config.num_cpus,
+                    # The dashboard serves the State API that Train V2 uses to clean up placement
+                    # groups of trials stopped by ASHA; without it later trials hang.
+                    include_dashboard=True,
+                    # The dashboard's HTTP API on loopback too (its default is 127.0.0.1 already,
+                    # said here so that a change of default cannot expose it).
+                    dashboard_host="127.0.0.1",
+                    dashboard_port=dashboard_port,
+                    # Sessions (logs, spilled objects) under the trainflow home, not /tmp/ray
+                    # shared by every Ray on the machine: a run's logs are found, and checked,
+                    # in one place.
+                    _temp_dir=str(ray_temp_dir()),
+                    runtime_env=runtime_env,
+                    configure_logging=True,
+                    logging_level=logging.WARNING,
+                    log_to_driver=True,
+                )
         signals.watch()
     except ConnectionError as exc:
         raise ServiceUnreachableError(
@@ -128,31 +129,29 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
     return ray.cluster_resources()
 
 
-# The State API address this process put in its environment for its local instance.
-_local_api_server: str | None = None
+@contextlib.contextmanager
+def _environ_for_local_instance(runtime_env: dict):
+    """Hand the job's env_vars to a local instance through this process's environment.
 
-
-def _inherit_env_vars(runtime_env: dict) -> None:
-    """Move the job's env_vars into this process's environment, for a local instance.
-
-    Its processes inherit the driver's environment (the raylet starts the workers), so the
-    variables reach them either way; but a runtime_env, even of env_vars alone, gives the job a
-    worker pool of its own, and the workers Ray prestarts at init (with no runtime_env) then
-    serve nothing: every task and actor waited for a new process. ``py_modules`` stay.
+    The instance's processes inherit the driver's environment at ``ray.init`` (the raylet starts
+    the workers), so the variables reach them either way; but a runtime_env, even of env_vars
+    alone, gives the job a worker pool of its own, and the workers Ray prestarts at init (with
+    no runtime_env) then serve nothing: every task and actor waited for a new process.
+    ``py_modules`` stay. The environment is put back afterwards: a State API address left in it
+    overrides the ``address`` of every later State API call in this process (Ray reads
+    RAY_API_SERVER_ADDRESS first), which sent a test's cluster queries to an old instance.
     """
-    global _local_api_server
-
-    os.environ.update(runtime_env.pop("env_vars", {}))
-    _local_api_server = os.environ.get("RAY_API_SERVER_ADDRESS")
-
-
-def _forget_local_api_server() -> None:
-    """A driver joining a cluster must not point the State API at an old local instance."""
-    global _local_api_server
-
-    if _local_api_server and os.environ.get("RAY_API_SERVER_ADDRESS") == _local_api_server:
-        del os.environ["RAY_API_SERVER_ADDRESS"]
-    _local_api_server = None
+    env_vars = runtime_env.pop("env_vars", {})
+    previous = {key: os.environ.get(key) for key in env_vars}
+    os.environ.update(env_vars)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 # Ray's switch for a machine that is its own whole cluster (Ray's default on macOS and Windows):
@@ -263,7 +262,6 @@ def shutdown() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
-    _forget_local_api_server()  # that instance's State API is gone with it
 
 
 def worker_resources(train) -> dict[str, float]:

@@ -281,13 +281,14 @@ def ray_cluster(s3_server, tmp_path_factory) -> RayCluster:
         "RAY_USAGE_STATS_ENABLED": "0",
     }
     env.pop("RAY_ADDRESS", None)
-    # A local instance started earlier in this process leaves its State API address and its
-    # own Train switches in this environment; the nodes must not inherit them.
-    for key in ("RAY_API_SERVER_ADDRESS", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"):
-        env.pop(key, None)
+    # A user's State API address is for another cluster; these nodes must not inherit it.
+    env.pop("RAY_API_SERVER_ADDRESS", None)
     # A local instance started earlier in this process keeps Ray on loopback with this switch,
     # which `ray start` refuses for a worker node; these nodes are on 127.0.0.1 by their flags.
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    # Ray sends every State API call of this process to RAY_API_SERVER_ADDRESS when it is set,
+    # whatever address the call names: this fixture's queries must reach its own head.
+    previous_api_server = os.environ.pop("RAY_API_SERVER_ADDRESS", None)
     # `ray start` turns token authentication on when ~/.ray/auth_token exists (Ray 2.60); the
     # State API client in this process must then send the token too.
     previous_auth = os.environ.get("RAY_AUTH_MODE")
@@ -314,3 +315,5 @@ def ray_cluster(s3_server, tmp_path_factory) -> RayCluster:
             shutil.rmtree(node.temp_dir, ignore_errors=True)
         if previous_auth is None:
             os.environ.pop("RAY_AUTH_MODE", None)
+        if previous_api_server is not None:
+            os.environ["RAY_API_SERVER_ADDRESS"] = previous_api_server

@@ -94,33 +94,28 @@ def test_a_local_instance_is_switched_to_loopback_and_a_cluster_driver_back(monk
 
 def test_a_local_instance_inherits_our_env_vars_instead_of_a_runtime_env(monkeypatch):
     """An env_vars runtime_env would give the job its own worker pool, leaving the workers Ray
-    prestarts unused; a local instance's workers inherit the driver's environment instead."""
+    prestarts unused; a local instance's processes inherit the driver's environment instead,
+    and only while Ray starts them."""
     # A copy of the environment: nothing set here outlives the test.
     monkeypatch.setattr(os, "environ", dict(os.environ))
     os.environ.pop("RAY_API_SERVER_ADDRESS", None)
-    os.environ.pop("RAY_DEDUP_LOGS", None)
+    os.environ["RAY_DEDUP_LOGS"] = "users-own"
     runtime_env = cluster.job_runtime_env(cluster.RayConfig(), None, ["/models"])
     runtime_env["env_vars"]["RAY_API_SERVER_ADDRESS"] = "http://127.0.0.1:1234"
-    cluster._inherit_env_vars(runtime_env)
-    assert runtime_env == {"py_modules": ["/models"]}  # a custom model's package still travels
-    assert os.environ["RAY_API_SERVER_ADDRESS"] == "http://127.0.0.1:1234"
-    assert os.environ["RAY_DEDUP_LOGS"] == cluster.ray_env()["RAY_DEDUP_LOGS"]
-    # Joining a cluster later, this process must not ask the old instance's State API...
-    cluster._forget_local_api_server()
+    with cluster._environ_for_local_instance(runtime_env):
+        assert runtime_env == {"py_modules": ["/models"]}  # a custom model's package travels
+        assert os.environ["RAY_API_SERVER_ADDRESS"] == "http://127.0.0.1:1234"
+        assert os.environ["RAY_DEDUP_LOGS"] == cluster.ray_env()["RAY_DEDUP_LOGS"]
+    # Afterwards the State API address is gone (Ray would send every later State API call of
+    # this process to it, whatever address the call names) and the user's own value is back.
     assert "RAY_API_SERVER_ADDRESS" not in os.environ
-    # ...nor after its own instance has shut down.
-    cluster._inherit_env_vars({"env_vars": {"RAY_API_SERVER_ADDRESS": "http://127.0.0.1:9"}})
-    cluster.shutdown()
-    assert "RAY_API_SERVER_ADDRESS" not in os.environ
-    # ...but an address the user set is theirs.
-    os.environ["RAY_API_SERVER_ADDRESS"] = "http://head:8265"
-    cluster._forget_local_api_server()
-    assert os.environ["RAY_API_SERVER_ADDRESS"] == "http://head:8265"
+    assert os.environ["RAY_DEDUP_LOGS"] == "users-own"
 
 
 def test_a_local_instance_runs_no_preemption_watcher_unless_asked(monkeypatch):
     monkeypatch.setattr(os, "environ", dict(os.environ))
     os.environ.pop("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", None)
+    os.environ.pop("RAY_API_SERVER_ADDRESS", None)
     started = {}
 
     def fake_init(**kwargs):
@@ -138,6 +133,10 @@ def test_a_local_instance_runs_no_preemption_watcher_unless_asked(monkeypatch):
         cluster.connect(cluster.RayConfig())
     assert started["env"]["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"
     assert started["runtime_env"] == {}  # every variable inherited, none in a runtime_env
+    assert started["env"]["RAY_API_SERVER_ADDRESS"].startswith("http://127.0.0.1:")
+    # Only Ray's processes keep them: this one's later State API calls go where they say.
+    assert "RAY_API_SERVER_ADDRESS" not in os.environ
+    assert "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER" not in os.environ
     os.environ["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "1"  # the user's choice wins
     with pytest.raises(cluster.ServiceUnreachableError):
         cluster.connect(cluster.RayConfig())
