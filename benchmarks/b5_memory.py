@@ -79,7 +79,7 @@ def _arm(ctx: Context, config, gauge, interval: float):
             "samples_taken": len(sampler.series),
             "series_mib": [
                 (t, round(r / MIB, 1), None if s is None else round(s / MIB, 2))
-                for t, r, s in sampler.thin_series(40)
+                for t, r, _, s in sampler.thin_series(40)
             ],
         }
 

@@ -364,8 +364,10 @@ def test_peak_sampler_sees_this_process_and_survives_a_failing_gauge():
             time.sleep(0.01)
     assert len(sampler.series) >= 4
     assert sampler.peak_rss > 32 * 1024**2
+    # This process alone: its PSS is its RSS less the shared pages' other mappers' shares.
+    assert 32 * 1024**2 < sampler.peak_pss <= sampler.peak_rss
     assert sampler.peak_procs >= 1
-    assert sampler.peak_extra == max(v for _, _, v in sampler.series if v is not None)
+    assert sampler.peak_extra == max(s.extra for s in sampler.series if s.extra is not None)
     assert len(sampler.thin_series(2)) <= len(sampler.series)
 
 
@@ -515,12 +517,12 @@ def test_memory_over_time_is_drawn_and_kept_as_data(tmp_path):
     from benchmarks.memory_plot import GIB, write_memory_over_time
 
     runs = {
-        "1,000,000 rows": [(0.0, 1 * GIB, None), (1.0, 2 * GIB, None)],
-        "10,000,000 rows": [(0.0, 1 * GIB, None), (5.0, 3 * GIB, None)],
+        "1,000,000 rows": [(0.0, 1 * GIB, GIB // 2, None), (1.0, 2 * GIB, GIB, None)],
+        "10,000,000 rows": [(0.0, 1 * GIB, GIB // 2, None), (5.0, 3 * GIB, 2 * GIB, None)],
     }
     png, data = write_memory_over_time(runs, tmp_path / "docs", "scale-memory-local")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(data.read_text()) == {
-        "1,000,000 rows": [[0.0, GIB], [1.0, 2 * GIB]],
-        "10,000,000 rows": [[0.0, GIB], [5.0, 3 * GIB]],
+        "1,000,000 rows": [[0.0, GIB, GIB // 2], [1.0, 2 * GIB, GIB]],
+        "10,000,000 rows": [[0.0, GIB, GIB // 2], [5.0, 3 * GIB, 2 * GIB]],
     }
