@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from contextlib import contextmanager
@@ -194,17 +195,21 @@ def _publish_report(
     results (model version, gate) stand."""
     logger = get_run_logger()
     try:
+        runs = tracker.find_runs(parent)
         links = {}
         if ui.run_url(tracker, parent):
             links["this run in the MLflow UI"] = ui.run_url(tracker, parent)
-            trials = [
-                run.info.run_id
-                for run in tracker.find_runs(parent)
-                if run.data.tags.get(STAGE_TAG) == "trial"
-            ]
+            trials = [run.info.run_id for run in runs if run.data.tags.get(STAGE_TAG) == "trial"]
             if trials:
                 links["the sweep's trials side by side"] = ui.compare_url(tracker, trials)
         with tempfile.TemporaryDirectory() as tmp:
+            # The plots each stage drew and logged, read back rather than drawn again.
+            logged = {}
+            for run in runs:
+                stage = run.data.tags.get(STAGE_TAG)
+                if stage in ("sweep", "train", "evaluate"):
+                    os.makedirs(os.path.join(tmp, stage), exist_ok=True)
+                    logged.update(tracker.download_plots(run.info.run_id, os.path.join(tmp, stage)))
             plots = report_plots(
                 tmp,
                 sweep=summary.sweep,
@@ -215,6 +220,7 @@ def _publish_report(
                 class_names=eval_result.class_names,
                 actual=eval_result.actual,
                 predicted=eval_result.predicted,
+                logged=logged,
             )
             html = report_html(summary, config, plots, per_class=eval_result.per_class, links=links)
         tracker.log_text(parent, html, "report.html")

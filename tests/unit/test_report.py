@@ -368,6 +368,41 @@ def test_report_html_has_every_section_and_embedded_images(tmp_path):
         assert f'alt="{title}"' in page
 
 
+def test_report_takes_the_plots_the_stages_logged_and_draws_only_what_is_missing(
+    tmp_path, monkeypatch
+):
+    summary = synthetic_summary()
+    inputs = dict(
+        sweep=summary.sweep,
+        asha=ASHA,
+        train_history=_history(3, 0.5),
+        per_class=PER_CLASS,
+        confusion=[[3, 0], [1, 2]],
+        class_names=["a", "b"],
+    )
+    drawn = html.report_plots(str(tmp_path / "stages"), **inputs)
+    logged = {Path(path).name: path for path in drawn.values()}
+    assert len(logged) == 7
+
+    def no_drawing(*args, **kwargs):
+        raise AssertionError("drew a plot that was logged")
+
+    for name in ("sweep_plots", "learning_curves_png", "evaluation_plots"):
+        monkeypatch.setattr(html, name, no_drawing)
+    assert html.report_plots(str(tmp_path / "report"), **inputs, logged=logged) == drawn
+    # A stage whose plots were not all logged (a run resumed after a kill) is drawn again.
+    monkeypatch.undo()
+    del logged["per_class.png"]
+    again = html.report_plots(str(tmp_path / "report"), **inputs, logged=logged)
+    assert again.keys() == drawn.keys()
+    redrawn = {caption for caption in again if again[caption] != drawn[caption]}
+    assert redrawn == {
+        "evaluation: confusion matrix (test split)",
+        "evaluation: per-class precision and recall",
+    }
+    assert all(again[caption].startswith(str(tmp_path / "report")) for caption in redrawn)
+
+
 def test_report_html_tables_row_by_row():
     """The template's tables: headline, trials best first with every swept value, per-class
     scores, the gate and the stage seconds."""

@@ -127,14 +127,28 @@ def report_plots(
     class_names: Sequence[str] | None = None,
     actual: Sequence[float] | None = None,
     predicted: Sequence[float] | None = None,
+    logged: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Every plot of a pipeline run for the HTML report, as ``{caption: path}`` in stage order:
     a classifier's confusion matrix and per-class scores, or a regression's predicted-vs-actual
-    and residuals (``actual`` and ``predicted`` given)."""
+    and residuals (``actual`` and ``predicted`` given).
+
+    ``logged``: the PNGs the stages already drew and logged, by file name; a stage's plots are
+    taken from there when all of them are, and drawn again only when not (~1 s a run saved).
+    """
+    logged = dict(logged or {})
     plots: dict[str, str] = {}
     if sweep and asha is not None:
         metric = sweep.metric or "val_accuracy"
-        for name, path in sweep_plots(sweep, asha, directory).items():
+        if "sweep_curves.png" in logged and "asha_rungs.png" in logged:
+            drawn = {
+                name: path
+                for name, path in logged.items()
+                if name in ("sweep_curves.png", "asha_rungs.png") or name.startswith("param_")
+            }
+        else:
+            drawn = sweep_plots(sweep, asha, directory)
+        for name, path in drawn.items():
             if name == "sweep_curves.png":
                 caption = "sweep: learning curves of all trials"
             elif name == "asha_rungs.png":
@@ -143,15 +157,26 @@ def report_plots(
                 caption = f"sweep: {name.removeprefix('param_').removesuffix('.png')} vs {metric}"
             plots[caption] = path
     if train_history is not None:
-        plots["final training: train/val curves"] = learning_curves_png(
-            list(train_history), os.path.join(directory, "curves.png")
+        plots["final training: train/val curves"] = logged.get("curves.png") or (
+            learning_curves_png(list(train_history), os.path.join(directory, "curves.png"))
         )
     if per_class is not None and confusion is not None and class_names:  # a classifier
-        files = evaluation_plots(per_class, confusion, class_names, directory)
+        files = _logged_or(logged, ("confusion_matrix.png", "per_class.png")) or (
+            evaluation_plots(per_class, confusion, class_names, directory)
+        )
         plots["evaluation: confusion matrix (test split)"] = files["confusion_matrix.png"]
         plots["evaluation: per-class precision and recall"] = files["per_class.png"]
     if actual and predicted is not None:
-        files = regression_plots(actual, predicted, directory)
+        files = _logged_or(logged, ("predicted_vs_actual.png", "residuals.png")) or (
+            regression_plots(actual, predicted, directory)
+        )
         plots["evaluation: predicted vs actual (test split)"] = files["predicted_vs_actual.png"]
         plots["evaluation: residuals (test split)"] = files["residuals.png"]
     return plots
+
+
+def _logged_or(logged: Mapping[str, str], names: Sequence[str]) -> dict[str, str] | None:
+    """``{name: path}`` of ``names`` when every one of them was logged, else None."""
+    if all(name in logged for name in names):
+        return {name: logged[name] for name in names}
+    return None

@@ -249,6 +249,21 @@ class Tracker:
     def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(local_path), artifact_path)
 
+    def download_plots(self, run_id: str, directory: str) -> dict[str, str]:
+        """The PNGs ``run_id`` logged under ``plots/``, copied into ``directory``, as
+        ``{file name: path}``; empty when it logged none."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            local = self.client.download_artifacts(run_id, "plots", directory)
+        except MlflowException:  # no plots/ in that run
+            return {}
+        return {
+            name: os.path.join(local, name)
+            for name in sorted(os.listdir(local))
+            if name.endswith(".png")
+        }
+
     def log_figure(self, run_id: str, fig_path: str, artifact_file: str) -> None:
         """Log an image file already written (see training.report) as ``artifact_file``."""
         directory, name = os.path.split(artifact_file)
