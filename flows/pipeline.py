@@ -145,6 +145,8 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
         train_outcome, train_run = stages.train(best_config, manifest, run_id, parent)
     with clock.stage("evaluate"):
         eval_result = stages.evaluate(best_config, manifest, train_outcome.checkpoint_path, parent)
+    # Nothing after evaluation uses Ray: it stops while the model is promoted and reported.
+    cluster.shutdown_soon()
     with clock.stage("promote"):
         model = stages.promote(
             best_config,

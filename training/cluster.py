@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import threading
 from pathlib import Path
 
 from training import signals
@@ -80,6 +81,8 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
 
     for key, value in _RAY_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    if _stopping is not None:  # a stop begun by `shutdown_soon` ends before anything new
+        shutdown()
     if ray.is_initialized():
         return ray.cluster_resources()
     _keep_credentials_out_of_runtime_envs()
@@ -257,9 +260,30 @@ def check_can_host(total: dict[str, float], workers: int, per_worker: dict[str, 
             )
 
 
-def shutdown() -> None:
+# The thread `shutdown_soon` started, until `shutdown` has waited for it.
+_stopping: threading.Thread | None = None
+
+
+def shutdown_soon() -> None:
+    """Start disconnecting (and stopping a local instance) in a thread, once the last stage that
+    uses Ray is done: Ray stops its processes gracefully, one after another (~1.4 s on 2
+    cores), while promotion and the report run. `shutdown` waits for it."""
+    global _stopping
     import ray
 
+    if _stopping is None and ray.is_initialized():
+        _stopping = threading.Thread(target=ray.shutdown, name="ray-shutdown", daemon=True)
+        _stopping.start()
+
+
+def shutdown() -> None:
+    """Disconnect from Ray (stopping a local instance); returns once it is done."""
+    global _stopping
+    import ray
+
+    if _stopping is not None:
+        _stopping.join()
+        _stopping = None
     if ray.is_initialized():
         ray.shutdown()
 

@@ -141,3 +141,33 @@ def test_a_local_instance_runs_no_preemption_watcher_unless_asked(monkeypatch):
     with pytest.raises(cluster.ServiceUnreachableError):
         cluster.connect(cluster.RayConfig())
     assert started["env"]["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "1"
+
+
+def test_ray_stops_in_the_background_and_shutdown_waits_for_it(monkeypatch):
+    import threading
+
+    import ray
+
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def slow_shutdown():
+        calls.append(threading.current_thread().name)
+        started.set()
+        release.wait(10)
+        initialized[0] = False
+
+    initialized = [True]
+    monkeypatch.setattr(ray, "is_initialized", lambda: initialized[0])
+    monkeypatch.setattr(ray, "shutdown", slow_shutdown)
+    cluster.shutdown_soon()
+    assert started.wait(10)  # stopping in another thread while this one goes on
+    assert calls == ["ray-shutdown"]
+    cluster.shutdown_soon()  # a second call starts nothing more
+    waiter = threading.Thread(target=cluster.shutdown)
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # shutdown() waits for the stop to finish
+    release.set()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    assert calls == ["ray-shutdown"]  # and does not stop twice
