@@ -107,6 +107,9 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
                     # cluster `ray start` last started on this machine.
                     address="local",
                     num_cpus=ray_config.num_cpus,
+                    object_store_memory=(
+                        ray_config.object_store_mb * 1024**2 if ray_config.object_store_mb else None
+                    ),
                     # The dashboard serves the State API that Train V2 uses to clean up placement
                     # groups of trials stopped by ASHA; without it later trials hang.
                     include_dashboard=True,

@@ -307,6 +307,12 @@ class RayConfig(_Section):
         description="true: upload training/ to the cluster (runtime_env py_modules); "
         "false: the nodes have trainflow installed",
     )
+    object_store_mb: int | None = Field(
+        None,
+        ge=128,
+        description="object store of the local instance in MiB; none = Ray's default "
+        "(30% of RAM); a cluster's nodes set their own",
+    )
 
 
 class StorageConfig(_Section):

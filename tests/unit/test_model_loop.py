@@ -316,6 +316,14 @@ def test_a_worker_sizes_its_shard_from_the_manifest_before_reading_it(monkeypatc
     assert context._cache_bytes == {"train": 0, "val": 1024**2}
     settings["split_rows"]["train"] = train_rows - 40  # now it fits
     assert TrainContext.from_settings(settings)._cache_bytes["train"] == 1024**2
+    # One epoch reads each shard once: nothing is worth keeping in memory.
+    once = loop_config(
+        load_config(None, ["train.shard_cache_mb=1", "train.max_epochs=1"]),
+        SPEC,
+        1,
+        split_rows={"train": 10, "val": 10},
+    )
+    assert TrainContext.from_settings(once)._cache_bytes == {"train": 0, "val": 0}
 
 
 def _in_memory_context(monkeypatch, rank: int, world: int, arrays: dict):

@@ -122,10 +122,13 @@ class TrainContext(_RayReporting):
         spec = FeatureSpec.from_dict(settings["spec"])
         row_bytes = 4 * spec.num_features + 16
         rows = settings.get("split_rows") or {}
+        # A shard read once (one epoch: one pass of train, one of val) is streamed: a cache would
+        # hold up to shard_cache_mb per split per worker for nothing (issue 16's 10M-row run).
+        cache_mb = int(train["shard_cache_mb"]) if int(train["max_epochs"]) > 1 else 0
         return cls(
             seed=train["seed"],
             pin_memory=train["use_gpu"],
-            cache_bytes=int(train["shard_cache_mb"]) * 1024**2,
+            cache_bytes=cache_mb * 1024**2,
             shard_bytes={split: n * row_bytes for split, n in rows.items()},
             strategy=train.get("strategy", "ddp"),
             label_dtype=torch.float32 if spec.is_regression else torch.int64,
