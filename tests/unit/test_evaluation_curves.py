@@ -1,0 +1,66 @@
+"""MLflow's ROC and PR curves are drawn from a bounded sample of a large test split."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from training.tracking import evaluation
+
+
+def test_curve_sample_keeps_small_splits_whole_and_samples_large_ones_the_same_way():
+    assert evaluation.curve_sample(10, limit=10) == slice(None)
+    first = evaluation.curve_sample(1000, limit=100)
+    assert len(first) == 100 and len(set(first.tolist())) == 100
+    assert (np.diff(first) > 0).all()  # rows in their order
+    assert first.max() < 1000
+    assert (evaluation.curve_sample(1000, limit=100) == first).all()  # seeded
+
+
+def test_the_curves_get_at_most_curve_rows_and_the_run_says_so(monkeypatch):
+    import mlflow
+
+    monkeypatch.setattr(evaluation, "CURVE_ROWS", 50)
+    seen, tags = {}, {}
+
+    def curves(labels, probs, classes):
+        seen.update(labels=len(labels), probs=probs.shape)
+        return lambda *args: {}
+
+    class Result:
+        metrics = {"accuracy_score": 0.5}
+
+    def fake_evaluate(data, **kwargs):
+        seen["frame_rows"] = len(data)
+        return Result()
+
+    class Info:
+        status = "FINISHED"
+
+    class Client:
+        def get_run(self, run_id):
+            return type("Run", (), {"info": Info()})()
+
+    class Tracker:
+        client = Client()
+        tracking_uri = "sqlite:///unused.db"
+
+        def set_tags(self, run_id, values):
+            tags.update(values)
+
+    monkeypatch.setattr(evaluation, "_curves", curves)
+    monkeypatch.setattr(mlflow.models, "evaluate", fake_evaluate)
+    monkeypatch.setattr(mlflow, "start_run", lambda run_id: _nothing())
+    monkeypatch.setattr(evaluation, "global_uris", lambda uri: _nothing())
+    rows = 200
+    labels = np.arange(rows) % 3
+    probs = np.full((rows, 3), 1 / 3, dtype=np.float32)
+    metrics = evaluation.evaluate_predictions(Tracker(), "r1", labels, labels, probs, [0, 1, 2])
+    assert metrics == {"accuracy_score": 0.5}
+    assert seen == {"labels": 50, "probs": (50, 3), "frame_rows": rows}  # metrics on every row
+    assert tags == {"trainflow.curve_rows": 50}
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
