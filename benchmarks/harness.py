@@ -638,6 +638,9 @@ class PeakSampler:
         self.peak_procs = 0
         self.peak_extra: float | None = None
         self.series: list[MemorySample] = []
+        # CPU seconds the sampling itself took (reading /proc of every process), so that a
+        # figure measured under it can say what it cost.
+        self.cpu_seconds = 0.0
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -663,6 +666,7 @@ class PeakSampler:
         return total_rss, total_pss, counted
 
     def sample(self) -> None:
+        cpu_started = time.thread_time()
         rss, pss, procs = self.memory_now()
         extra = None
         if self.extra is not None:
@@ -677,6 +681,7 @@ class PeakSampler:
             self.peak_extra = extra if self.peak_extra is None else max(self.peak_extra, extra)
         seconds = round(time.monotonic() - self._started, 2)
         self.series.append(MemorySample(seconds, rss, pss, extra))
+        self.cpu_seconds += time.thread_time() - cpu_started
 
     def _loop(self) -> None:
         while not self._stop.is_set():

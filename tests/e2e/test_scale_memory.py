@@ -123,6 +123,7 @@ class MeasuredRun:
             "peak_pss_mib": round(self.sampler.peak_pss / MIB),
             "peak_rss_mib": round(self.sampler.peak_rss / MIB),
             "processes": self.sampler.peak_procs,
+            "sampler_cpu_s": round(self.sampler.cpu_seconds, 1),
             "run_s": round(time.monotonic() - self.started, 1),
             "series": list(self.sampler.series),
             "summary": json.loads(self.summary.read_text()),
@@ -228,7 +229,7 @@ def test_ten_million_rows_in_flat_memory(where, s3, tmp_path_factory):
         series[f"{rows:,} rows"] = run["series"]
         print(
             f"\n{where} {rows:,} rows: peak PSS {run['peak_pss_mib']:,} MiB (summed RSS "
-            f"{run['peak_rss_mib']:,} MiB) over "
+            f"{run['peak_rss_mib']:,} MiB, sampling took {run['sampler_cpu_s']} CPU s) over "
             f"{run['processes']} processes, {run['run_s']:.0f} s"
         )
     # The picture of it (docs/ with TRAINFLOW_SCALE_OUT=docs, as `make bench` runs it).

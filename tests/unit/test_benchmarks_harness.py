@@ -367,6 +367,7 @@ def test_peak_sampler_sees_this_process_and_survives_a_failing_gauge():
     # This process alone: its PSS is its RSS less the shared pages' other mappers' shares.
     assert 32 * 1024**2 < sampler.peak_pss <= sampler.peak_rss
     assert sampler.peak_procs >= 1
+    assert sampler.cpu_seconds > 0
     assert sampler.peak_extra == max(s.extra for s in sampler.series if s.extra is not None)
     assert len(sampler.thin_series(2)) <= len(sampler.series)
 
