@@ -104,7 +104,9 @@ class MeasuredRun:
             self.proc = subprocess.Popen(
                 args, cwd=workdir, env=cli_env(home, **env), stdout=out, stderr=subprocess.STDOUT
             )
-        self.sampler = PeakSampler(root_pid=self.proc.pid, interval=0.25).__enter__()
+        # Once a second: reading every process's PSS costs CPU (22 CPU s of a 61 s run at 0.25 s
+        # intervals on 2 cores, so the runs measured were slowed by their own measurement).
+        self.sampler = PeakSampler(root_pid=self.proc.pid, interval=1.0).__enter__()
 
     def finish(self, timeout: float) -> dict:
         """Wait for the run; (summary, console, peak PSS and RSS, processes, seconds) as a
