@@ -331,10 +331,9 @@ def report_config(**overrides) -> PipelineConfig:
     )
 
 
-def test_report_html_has_every_section_and_embedded_images(tmp_path):
-    summary = synthetic_summary()
-    plots = html.report_plots(
-        str(tmp_path),
+def _plot_inputs(summary: RunSummary) -> dict:
+    """What `report_plots` draws a classifier's run from: the synthetic sweep, 2 classes."""
+    return dict(
         sweep=summary.sweep,
         asha=ASHA,
         train_history=_history(3, 0.5),
@@ -342,6 +341,11 @@ def test_report_html_has_every_section_and_embedded_images(tmp_path):
         confusion=[[3, 0], [1, 2]],
         class_names=["a", "b"],
     )
+
+
+def test_report_html_has_every_section_and_embedded_images(tmp_path):
+    summary = synthetic_summary()
+    plots = html.report_plots(str(tmp_path), **_plot_inputs(summary))
     assert len(plots) == 7  # curves, rungs, 2 params, train curves, confusion, per-class
     page = html.report_html(
         summary,
@@ -371,15 +375,7 @@ def test_report_html_has_every_section_and_embedded_images(tmp_path):
 def test_report_takes_the_plots_the_stages_logged_and_draws_only_what_is_missing(
     tmp_path, monkeypatch
 ):
-    summary = synthetic_summary()
-    inputs = dict(
-        sweep=summary.sweep,
-        asha=ASHA,
-        train_history=_history(3, 0.5),
-        per_class=PER_CLASS,
-        confusion=[[3, 0], [1, 2]],
-        class_names=["a", "b"],
-    )
+    inputs = _plot_inputs(synthetic_summary())
     drawn = html.report_plots(str(tmp_path / "stages"), **inputs)
     logged = {Path(path).name: path for path in drawn.values()}
     assert len(logged) == 7
