@@ -9,7 +9,7 @@ default data (scikit-learn's 1,797 digits), 10x and 100x = the digits tiled and 
 (``training.data.synthetic``), same columns.
 
 Second pair: one pass over the processed train split with ``Dataset.iter_torch_batches`` (as the
-training loop reads it: materialised, local shuffle buffer) vs a torch ``DataLoader`` over a
+training loop reads it: materialised, shuffled within chunks of batches) vs a torch ``DataLoader`` over a
 ``TensorDataset`` of the same rows (shuffled), same batch size.
 """
 
@@ -118,23 +118,23 @@ def _loader_arms(manifest, batch_size: int, passes: int):
     from torch.utils.data import DataLoader, TensorDataset
 
     from training.data.read import load_split_arrays, read_split
-    from training.manifest import FEATURES, LABEL, SAMPLE_ID
+    from training.loop.collate import SplitCollate, chunk_rows, rebatch
+    from training.manifest import LABEL
 
     dataset = read_split(manifest, "train").materialize()  # as the trainer keeps small splits
     features, labels, _ = load_split_arrays(manifest, "train")
     tensors = TensorDataset(torch.from_numpy(features), torch.from_numpy(labels))
-    dtypes = {FEATURES: torch.float32, LABEL: torch.int64, SAMPLE_ID: torch.int64}
+    row_bytes = features.shape[1] * 4 + 16
 
     def ray_iter(rep: int) -> dict[str, Any]:
         rows = 0
         started = time.perf_counter()
         for epoch in range(passes):
-            for batch in dataset.iter_torch_batches(
-                batch_size=batch_size,
-                dtypes=dtypes,
-                local_shuffle_buffer_size=4 * batch_size,
-                local_shuffle_seed=rep * 1000 + epoch,
-            ):
+            # As TrainContext streams a split: chunks of batches, shuffled within each chunk.
+            chunks = dataset.iter_torch_batches(
+                batch_size=chunk_rows(batch_size, row_bytes), collate_fn=SplitCollate()
+            )
+            for batch in rebatch(chunks, batch_size, seed=rep * 1000 + epoch):
                 rows += len(batch[LABEL])
         seconds = time.perf_counter() - started
         return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds}

@@ -5,7 +5,7 @@ preprocessed once by the pipeline's stage.
 
 Loop pair (same processed train split, same batch size, two passes, the second timed):
 - ours: a 1-worker TorchTrainer (``build_trainer``) whose per-worker function iterates
-  ``TrainContext.train_batches`` -- exactly what ``run_loop`` consumes, local shuffle included --
+  ``TrainContext.train_batches`` -- exactly what ``run_loop`` consumes, shuffle included --
   with ``train.shard_cache_mb: 0`` and no object-store copy of the split (stream the parquet
   files every epoch, as a split too big to cache does) and a
   model that does nothing (the batch is only counted). Ray Data's ``DataIterator.stats()`` of the
@@ -248,6 +248,6 @@ def run(ctx: Context) -> h.Outcome:
         notes=[
             "loop arm: TorchTrainer start-up is not in the figure (only the timed pass); the "
             "splits stream from parquet (not cached in the object store) at every size",
-            "the loop's stream shuffles locally (buffer 4 x batch); the DataLoader reads in order",
+            "the loop's stream shuffles within chunks of 16 batches; the DataLoader reads in order",
         ],
     )

@@ -84,16 +84,19 @@ class TrainContext(_RayReporting):
         strategy: str = "ddp",
         label_dtype: torch.dtype = torch.int64,
         splits: dict[str, Any] | None = None,
+        row_bytes: int = 0,
     ) -> None:
         """``shard_bytes``: each split's size in memory (all workers together), if known;
         ``label_dtype``: int64 class indices, float32 for a regression; ``splits``: object refs
-        of (features, labels, sample ids) per split, instead of Ray Data shards."""
+        of (features, labels, sample ids) per split, instead of Ray Data shards; ``row_bytes``:
+        a row's size in memory (sizes the chunks the stream fetches)."""
         import ray.train
 
         self._api = ray.train
         self._strategy = strategy  # train.strategy: ddp | fsdp
         self._seed = seed
         self._label_dtype = label_dtype
+        self._row_bytes = row_bytes
         # Page-locked host batches make the copy to the GPU asynchronous (use_gpu only).
         self._pin_memory = pin_memory
         self._cache: dict[str, dict[str, torch.Tensor] | None] = {}
@@ -133,17 +136,19 @@ class TrainContext(_RayReporting):
             strategy=train.get("strategy", "ddp"),
             label_dtype=torch.float32 if spec.is_regression else torch.int64,
             splits=settings.get("in_memory_splits"),
+            row_bytes=row_bytes,
         )
 
     def _stream(self, split: str, batch_size: int, seed: int | None) -> Iterator[dict]:
-        """Ray Data batches (features, label, sample_id), locally shuffled when ``seed``."""
-        shuffle = {"local_shuffle_buffer_size": 4 * batch_size, "local_shuffle_seed": seed}
-        yield from self._shards[split].iter_torch_batches(
-            batch_size=batch_size,
-            dtypes={FEATURES: torch.float32, LABEL: self._label_dtype, SAMPLE_ID: torch.int64},
-            pin_memory=self._pin_memory,
-            **(shuffle if seed is not None else {}),
+        """Ray Data batches (features, label, sample_id), shuffled within chunks when ``seed``."""
+        # Imported here: ray.data costs a Tune trial's process 0.8 s, and trials never stream.
+        from training.loop.collate import SplitCollate, chunk_rows, rebatch
+
+        chunks = self._shards[split].iter_torch_batches(
+            batch_size=chunk_rows(batch_size, self._row_bytes),
+            collate_fn=SplitCollate(self._label_dtype),
         )
+        yield from rebatch(chunks, batch_size, seed, pin_memory=self._pin_memory)
 
     def _cached(self, split: str) -> dict[str, torch.Tensor] | None:
         """The whole shard as tensors in shard order, or None when it exceeds the limit."""
