@@ -1,10 +1,13 @@
-"""B5: memory of the preprocessing stage, 1x vs 10x the default data (and 100x, informational).
+"""B5: memory of the preprocessing stage, 1x vs 10x the default data (and 100x, informational),
+and at real size: 1,000,000 vs 10,000,000 rows of the generated table (issue 16).
 
 While ``training.data.preprocess`` runs on the local Ray instance, a thread samples every 0.2 s
 the RSS summed over this driver and every process under it (the local Ray instance's GCS,
 raylet, dashboard and workers are all its descendants) and the bytes in Ray's object store
 (the raylet's store stats, as ``ray memory --stats-only`` reads them). Peaks are compared
 between scales; the RSS above the idle baseline taken just before each run is reported too.
+At real size the figure is summed PSS (each shared page counted once over the tree: what the
+processes take together), sampled once a second (reading every process's PSS costs CPU).
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ from benchmarks.common import (
     object_store_gauge,
     source_config,
     start_ray,
+    table_data,
     tabular_digits,
 )
 
 ID = "B5"
 TITLE = "memory: peak RSS (driver + Ray processes) and object-store peak, preprocessing 1x vs 10x"
-TIMEOUT_S = (600, 180)
+TIMEOUT_S = (2400, 300)
 MIB = 1024**2
 _ANCHOR = "the same stage on 1x the default data"
+_REAL_ANCHOR = "the same stage on 1,000,000 rows of the generated table"
 FIGURES = [
     h.FigureSpec(
         ID, "rss_ratio_10x", "peak RSS sum (driver + Ray processes), 10x ÷ 1x", "<= 2", _ANCHOR
@@ -39,6 +44,17 @@ FIGURES = [
     h.FigureSpec(ID, "rss_peak_1x_mib", "peak RSS sum, 1x (MiB)", "—", "—"),
     h.FigureSpec(ID, "rss_peak_10x_mib", "peak RSS sum, 10x (MiB)", "—", "—"),
     h.FigureSpec(ID, "store_peak_10x_mib", "object-store peak, 10x (MiB)", "—", "—"),
+    h.FigureSpec(
+        ID,
+        "pss_ratio_real",
+        "peak PSS sum, 10M ÷ 1M rows (generated table)",
+        "<= 1.5",
+        _REAL_ANCHOR,
+    ),
+    h.FigureSpec(ID, "store_ratio_real", "object-store peak, 10M ÷ 1M rows", "—", _REAL_ANCHOR),
+    h.FigureSpec(ID, "pss_peak_1m_mib", "peak PSS sum, 1M rows (MiB)", "—", "—"),
+    h.FigureSpec(ID, "pss_peak_10m_mib", "peak PSS sum, 10M rows (MiB)", "—", "—"),
+    h.FigureSpec(ID, "store_peak_10m_mib", "object-store peak, 10M rows (MiB)", "—", "—"),
 ]
 
 
@@ -70,6 +86,8 @@ def _arm(ctx: Context, config, gauge, interval: float):
             "rows": sum(manifest.rows.values()),
             "seconds": seconds,
             "peak_rss_mib": sampler.peak_rss / MIB,
+            "peak_pss_mib": sampler.peak_pss / MIB,
+            "sampler_cpu_s": round(sampler.cpu_seconds, 2),
             "baseline_rss_mib": baseline_rss / MIB,
             "rss_above_idle_mib": (sampler.peak_rss - baseline_rss) / MIB,
             "peak_store_mib": (sampler.peak_extra or 0.0) / MIB,
@@ -99,6 +117,12 @@ def run(ctx: Context) -> h.Outcome:
     fresh_preprocess(configs[scales[0]], ctx.scratch("warm"))
     arms = {f"x{scale}": _arm(ctx, configs[scale], gauge, interval) for scale in scales}
     samples = h.run_alternating(arms, reps, label=ID)
+    real_rows = ctx.pick([1_000_000, 10_000_000], [20_000, 200_000])
+    real = {
+        f"rows{rows}": _arm(ctx, source_config(table_data(data_dir, rows)), gauge, 1.0)
+        for rows in real_rows
+    }
+    samples.update(h.run_alternating(real, reps, label=f"{ID} real size"))
 
     def col(scale: int, key: str) -> list[float]:
         return h.pluck(samples[f"x{scale}"], key)
@@ -149,6 +173,42 @@ def run(ctx: Context) -> h.Outcome:
                 col(scale, "peak_store_mib"),
             ),
         ]
+    small, large = (samples[f"rows{rows}"] for rows in real_rows)
+    figures += [
+        h.Figure(
+            "pss_ratio_real",
+            f"peak PSS sum, {real_rows[1]:,} ÷ {real_rows[0]:,} rows (generated table)",
+            "x",
+            h.paired_ratios(h.pluck(large, "peak_pss_mib"), h.pluck(small, "peak_pss_mib")),
+            anchor=_REAL_ANCHOR,
+            target=h.Target("<=", 1.5, "<= 1.5"),
+        ),
+        h.Figure(
+            "store_ratio_real",
+            f"object-store peak, {real_rows[1]:,} ÷ {real_rows[0]:,} rows",
+            "x",
+            h.paired_ratios(h.pluck(large, "peak_store_mib"), h.pluck(small, "peak_store_mib")),
+            anchor=_REAL_ANCHOR,
+        ),
+        h.Figure(
+            "pss_peak_1m_mib",
+            f"peak PSS sum, {real_rows[0]:,} rows (MiB)",
+            "MiB",
+            h.pluck(small, "peak_pss_mib"),
+        ),
+        h.Figure(
+            "pss_peak_10m_mib",
+            f"peak PSS sum, {real_rows[1]:,} rows (MiB)",
+            "MiB",
+            h.pluck(large, "peak_pss_mib"),
+        ),
+        h.Figure(
+            "store_peak_10m_mib",
+            f"object-store peak, {real_rows[1]:,} rows (MiB)",
+            "MiB",
+            h.pluck(large, "peak_store_mib"),
+        ),
+    ]
     if 100 in scales:
         figures.append(
             h.Figure(
@@ -170,6 +230,8 @@ def run(ctx: Context) -> h.Outcome:
             "ray_num_cpus": 4,
             "ray_start_s": ray.get("_start_s"),
             "warm_up": "one unmeasured 1x run first",
+            "real_size_rows": real_rows,
+            "real_size_interval_s": 1.0,
         },
         notes=[
             "RSS sums count shared pages (object-store shared memory, shared libraries) once per "
