@@ -14,6 +14,13 @@ Loop pair (same processed train split, same batch size, two passes, the second t
   reads the same parquet files with ``pyarrow.parquet.ParquetFile.iter_batches`` at the same
   batch size and hands out ``torch.from_numpy`` tensors.
 
+Training pair (reported, no target): the loop's steady rows/s with the default MLP, one worker,
+one torch thread -- the loop's own model, optimizer and step (``_build_run``,
+``accumulate_gradients``) over ``TrainContext.train_batches`` streamed from the parquet files --
+vs bare PyTorch in this process, one thread, the same model and step over in-memory tensors of
+the same number of rows (a seeded sample of the split), shuffled batches. Both time
+``MLP_TIMED`` batches after ``MLP_WARM`` warm-up batches.
+
 Preprocessing pair: B2's arms (the stage on the local Ray instance vs the same per-batch
 functions driven by one pyarrow process) on the generated table.
 
@@ -36,7 +43,9 @@ ID = "B8"
 TITLE = "ingest: rows/s delivered to the loop (1 worker, no-op model) vs DataLoader; preprocessing"
 TIMEOUT_S = (3600, 300)
 BATCH = 512
+MLP_WARM, MLP_TIMED = 50, 600  # batches
 _LOADER = "torch DataLoader (1 loader process) over the same parquet files, same batch size"
+_BARE = "bare PyTorch, 1 thread, same MLP and step over in-memory tensors"
 _ARROW = "same transform (training.data per-batch functions) with pyarrow/pandas, one process"
 FIGURES = [
     h.FigureSpec(
@@ -53,6 +62,15 @@ FIGURES = [
     ),
     h.FigureSpec(ID, "rows_per_s_preprocess_ray", "Ray Data preprocessing rows/s", "—", "—"),
     h.FigureSpec(ID, "rows_per_s_preprocess_arrow", "pyarrow preprocessing rows/s", "—", "—"),
+    h.FigureSpec(
+        ID,
+        "mlp_ratio",
+        "steady rows/s training the default MLP: the loop (streamed) ÷ bare PyTorch",
+        "— (reported)",
+        _BARE,
+    ),
+    h.FigureSpec(ID, "mlp_rows_per_s_loop", "the loop's steady rows/s, default MLP", "—", "—"),
+    h.FigureSpec(ID, "mlp_rows_per_s_bare", "bare PyTorch steady rows/s, default MLP", "—", "—"),
 ]
 
 
@@ -105,6 +123,100 @@ def _loop_arm(config, manifest, storage: str, passes: int):
             "first_pass_rows_per_s": out["timings"][0][0] / out["timings"][0][1],
             "stats": out["stats"],
         }
+
+    return run
+
+
+def _timed_steps(model, optimizer, loss_fn, batches, micro: int) -> dict[str, float]:
+    """Optimizer steps over ``batches``: rows/s of MLP_TIMED steps after MLP_WARM."""
+    from training.loop.loop import accumulate_gradients
+
+    rows, started = 0, time.perf_counter()
+    for done, (features, labels) in enumerate(batches):
+        if done == MLP_WARM:
+            rows, started = 0, time.perf_counter()
+        if done == MLP_WARM + MLP_TIMED:
+            break
+        optimizer.zero_grad(set_to_none=True)
+        accumulate_gradients(model, loss_fn, features, labels, micro)
+        optimizer.step()
+        rows += len(labels)
+    seconds = time.perf_counter() - started
+    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds}
+
+
+def _mlp_worker(settings: dict[str, Any]) -> dict[str, Any]:
+    """``train_loop_per_worker``: the loop's model and step over its streamed batches."""
+    import torch
+
+    from training.loop.contexts import TrainContext
+    from training.loop.loop import _build_run
+
+    torch.set_num_threads(1)
+    ctx = TrainContext.from_settings(settings)
+    run = _build_run(settings, ctx)
+    model = ctx.prepare_model(run.model)
+    batches = ctx.train_batches(0, run.batch_rows)
+    out = _timed_steps(model, run.optimizer, run.loss_fn, batches, run.micro_rows)
+    for _ in batches:  # the epoch read to its end, as the loop does
+        pass
+    return {**out, "stats": ctx._shards["train"].stats()}
+
+
+def _mlp_loop_arm(config, manifest, storage: str):
+    from training.loop import trainer as trainer_module
+
+    def run(rep: int) -> dict[str, Any]:
+        cached_below = trainer_module.MATERIALIZE_BELOW_BYTES
+        trainer_module.MATERIALIZE_BELOW_BYTES = 0  # streamed, as at 10M rows
+        try:
+            trainer = trainer_module.build_trainer(
+                config,
+                manifest,
+                name=f"b8-mlp-{rep}-{uuid.uuid4().hex[:6]}",
+                storage_path=storage,
+                num_workers=1,
+                train_fn=_mlp_worker,
+            )
+        finally:
+            trainer_module.MATERIALIZE_BELOW_BYTES = cached_below
+        return trainer.fit().return_value
+
+    return run
+
+
+def _mlp_bare_arm(config, manifest):
+    """Plain PyTorch, this process, one thread: the same MLP and step on in-memory tensors."""
+    import torch
+    from torch import nn
+
+    from training.data.read import load_split_arrays
+    from training.model.networks import build_model
+
+    spec = manifest.spec
+    rows = (MLP_WARM + MLP_TIMED) * BATCH
+    features, labels, _ = load_split_arrays(manifest, "train", sample_rows=rows)
+    features, labels = torch.from_numpy(features), torch.from_numpy(labels)
+
+    def batches(seed: int):
+        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
+        for first in range(0, len(labels), BATCH):
+            index = order[first : first + BATCH]
+            yield features[index], labels[index]
+
+    def run(rep: int) -> dict[str, Any]:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            torch.manual_seed(rep)
+            model = build_model(config.model, spec.input_shape, spec.num_outputs, spec.task)
+            optimizer = torch.optim.AdamW(
+                model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay
+            )
+            loss_fn = nn.CrossEntropyLoss(reduction="sum")
+            return _timed_steps(model, optimizer, loss_fn, batches(rep), BATCH)
+        finally:
+            torch.set_num_threads(threads)
 
     return run
 
@@ -197,6 +309,11 @@ def run(ctx: Context) -> h.Outcome:
         "loader": _loader_arm(manifest, passes),
     }
     loop_samples = h.run_alternating(loop, reps, label=f"{ID} loop")
+    mlp = {
+        "mlp_loop": _mlp_loop_arm(config, manifest, storage),
+        "mlp_bare": _mlp_bare_arm(config, manifest),
+    }
+    mlp_samples = h.run_alternating(mlp, reps, label=f"{ID} MLP")
 
     at = f", {rows:,} rows"
 
@@ -228,10 +345,27 @@ def run(ctx: Context) -> h.Outcome:
         h.Figure(
             "rows_per_s_preprocess_arrow", FIGURES[5].name + at, "rows/s", col(pre_samples, "arrow")
         ),
+        h.Figure(
+            "mlp_ratio",
+            FIGURES[6].name + at,
+            "x",
+            h.paired_ratios(col(mlp_samples, "mlp_loop"), col(mlp_samples, "mlp_bare")),
+            anchor=_BARE,
+        ),
+        h.Figure(
+            "mlp_rows_per_s_loop", FIGURES[7].name + at, "rows/s", col(mlp_samples, "mlp_loop")
+        ),
+        h.Figure(
+            "mlp_rows_per_s_bare", FIGURES[8].name + at, "rows/s", col(mlp_samples, "mlp_bare")
+        ),
     ]
     return h.Outcome(
         figures=figures,
-        samples={**{f"preprocess_{k}": v for k, v in pre_samples.items()}, **loop_samples},
+        samples={
+            **{f"preprocess_{k}": v for k, v in pre_samples.items()},
+            **loop_samples,
+            **mlp_samples,
+        },
         params={
             "rows": rows,
             "split_rows": manifest.rows,
@@ -239,6 +373,9 @@ def run(ctx: Context) -> h.Outcome:
             "files": 16,
             "batch_size": BATCH,
             "passes": passes,
+            "mlp_warm_batches": MLP_WARM,
+            "mlp_timed_batches": MLP_TIMED,
+            "model": config.model.kind,
             "timed_pass": "the last",
             "reps": reps,
             "ray_num_cpus": 4,
