@@ -238,6 +238,12 @@ class SweepConfig(_Section):
         ge=1,
         description="trials' train rows: a seeded sample (val in proportion); null=all",
     )
+    sample_mb: int | None = Field(
+        256,
+        ge=1,
+        description="and at most this many MiB of train features in memory (fewer rows of wide "
+        "data such as images); null=rows only",
+    )
     gpus_per_trial: float | None = Field(
         None,
         gt=0,

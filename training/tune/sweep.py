@@ -92,13 +92,22 @@ def _trainer_trial(
 
 
 def sample_sizes(sweep: SweepConfig, manifest: Manifest) -> dict[str, int]:
-    """Rows of train and val each function trial gets: ``sweep.sample_rows`` of train (all of a
-    smaller split) and the same fraction of val. The final training always takes every row, and
-    so do TorchTrainer trials (``workers_per_trial > 1``, which stream the splits with Ray Data)."""
+    """Rows of train and val each function trial gets: ``sweep.sample_rows`` of train, fewer if
+    their features exceed ``sweep.sample_mb`` (all of a smaller split), and the same fraction of
+    val. The final training always takes every row, and so do TorchTrainer trials
+    (``workers_per_trial > 1``, which stream the splits with Ray Data)."""
     train, val = manifest.rows["train"], manifest.rows["val"]
-    if sweep.sample_rows is None or sweep.sample_rows >= train or sweep.workers_per_trial > 1:
+    limits = [train]
+    if sweep.sample_rows is not None:
+        limits.append(sweep.sample_rows)
+    if sweep.sample_mb is not None:
+        # float32 features, int64 label and sample id per row, as the trials hold them
+        row_bytes = 4 * manifest.spec.num_features + 16
+        limits.append(max(1, sweep.sample_mb * 1024**2 // row_bytes))
+    rows = min(limits)
+    if rows >= train or sweep.workers_per_trial > 1:
         return {"train": train, "val": val}
-    return {"train": sweep.sample_rows, "val": max(1, math.ceil(val * sweep.sample_rows / train))}
+    return {"train": rows, "val": max(1, math.ceil(val * rows / train))}
 
 
 def _sample_note(sweep: SweepConfig, manifest: Manifest) -> str:
@@ -124,7 +133,8 @@ def _trainable(config: PipelineConfig, manifest: Manifest, storage_path: str, st
             progress.report(
                 "sweep",
                 f"trials train on a sample of {sizes['train']:,} of {manifest.rows['train']:,} "
-                f"train rows (sweep.sample_rows) and validate on {sizes['val']:,}; the final "
+                f"train rows (sweep.sample_rows, sweep.sample_mb) and validate on "
+                f"{sizes['val']:,}; the final "
                 "training uses every row",
                 sample_rows=sizes["train"],
             )
