@@ -240,3 +240,43 @@ def test_ten_million_rows_in_flat_memory(where, s3, tmp_path_factory):
     print(f"memory over time: {png}")
     assert peaks[10_000_000] <= 1.5 * peaks[1_000_000], peaks
     assert peaks[10_000_000] < 8 * GIB, peaks
+
+
+IMAGES_AT_SCALE = {
+    **AT_SCALE,
+    "data.image_column": "image",
+    "data.image_shape": "[3,32,32]",
+    "model.kind": "cnn",
+    "mlflow.registered_model": "scale-images",
+}
+
+
+@pytest.mark.scale
+@pytest.mark.timeout(3 * 3600)
+def test_two_hundred_thousand_images_in_flat_memory(tmp_path_factory):
+    """200,000 3x32x32 images (2.4 GB as float32) through the whole pipeline with the CNN, from
+    local disk: summed PSS <= 1.5x the peak at 20,000 images, and below 8 GiB. The sweep's trials
+    hold a sample bounded in memory (``sweep.sample_mb``), the training streams every image."""
+    from training.data.synthetic import write_color_images
+
+    peaks, series = {}, {}
+    for rows in (20_000, 200_000):
+        base = tmp_path_factory.mktemp(f"images-{rows}")
+        source = str(base / "images")
+        write_color_images(source, rows, seed=0, num_files=16)
+        sets = {**IMAGES_AT_SCALE, "data.source": source, "storage.root": str(base / "storage")}
+        home = tmp_path_factory.mktemp(f"home-images-{rows}")
+        run = measured_runs({rows: (home, sets)}, {}, timeout=3600)[rows]
+        peaks[rows] = run["peak_pss_mib"] * MIB
+        series[f"{rows:,} images"] = run["series"]
+        stages = run["summary"].get("stage_seconds")
+        print(
+            f"\nimages {rows:,}: peak PSS {run['peak_pss_mib']:,} MiB (summed RSS "
+            f"{run['peak_rss_mib']:,} MiB) over {run['processes']} processes, "
+            f"{run['run_s']:.0f} s; stages {stages}; test {run['summary'].get('test_metrics')}"
+        )
+    out = Path(os.environ.get("TRAINFLOW_SCALE_OUT") or tmp_path_factory.mktemp("plots"))
+    png, _ = write_memory_over_time(series, out, "scale-memory-images")
+    print(f"memory over time: {png}")
+    assert peaks[200_000] <= 1.5 * peaks[20_000], peaks
+    assert peaks[200_000] < 8 * GIB, peaks
