@@ -29,7 +29,8 @@ format: setup
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
 # The benchmark suite (issue 7, ~30 min on 2 cores): benchmarks/results/*.json, docs/benchmarks.md;
-# then the `scale` tests (issue 16: 10M rows through the whole pipeline, ~1 h).
+# then the `scale` tests (issue 16: 10M rows, local and from S3, and 200,000 images through the
+# whole pipeline, ~1.5 h).
 bench: setup
 	$(BIN)/python -m benchmarks
 	TRAINFLOW_SCALE_OUT=docs $(BIN)/python -m pytest -m scale tests/e2e/test_scale_memory.py -s

@@ -171,3 +171,48 @@ def test_a_ray_data_actor_error_comes_back_as_our_one_message():
     )
     with pytest.raises(KeyError), our_errors():  # anything else passes through untouched
         raise KeyError("x")
+
+
+def test_the_batch_predictor_scores_arrow_batches_of_uint8_images(tmp_path):
+    """Ray Data hands the predictor Arrow batches: an image column of fixed-size uint8 lists and
+    int64 labels, as `trainflow make-data --kind images` writes them (Ray's own pandas batches
+    of such a table were refused by MLflow's schema check at 200,000 images)."""
+    import pyarrow as pa
+
+    from training.inference.predictor import CONFIDENCE, TRUE_LABEL, PyfuncPredictor
+    from training.tracking import pyfunc
+
+    rng = np.random.default_rng(2)
+    labels = rng.integers(0, 2, 64)
+    pixels = np.stack([np.clip(rng.normal(60 + 120 * lab, 20, 16), 0, 255) for lab in labels])
+    pixels = pixels.astype(np.uint8)
+    table = pa.table(
+        {
+            "image": pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel()), 16),
+            "digit": pa.array(labels, pa.int64()),
+        }
+    )
+    frame = table.to_pandas()  # as pandas.read_parquet reads the files
+    flat = pixels.astype(np.float64)
+    spec = {
+        "label_column": "digit",
+        "classes": [0, 1],
+        "input_shape": [1, 4, 4],
+        "mean": flat.mean(axis=0).tolist(),
+        "std": flat.std(axis=0).tolist(),
+        "feature_columns": None,
+        "image_column": "image",
+    }
+    path = pyfunc.save(_trained_state(spec, CNN, frame), str(tmp_path / "model"), frame.head(4))
+    files = pyfunc.pack(path)
+
+    evaluated = PyfuncPredictor(files, label_column="digit")(table)
+    assert list(evaluated.columns) == ["prediction", "0", "1", TRUE_LABEL]
+    assert (evaluated["prediction"].to_numpy() == labels).mean() > 0.9
+    pd.testing.assert_frame_equal(evaluated, PyfuncPredictor(files, label_column="digit")(frame))
+
+    predicted = PyfuncPredictor(files)(table.drop_columns(["digit"]))
+    assert isinstance(predicted, pa.Table)  # the inputs keep their Arrow types in the output
+    assert predicted.schema.field("image").type == table.schema.field("image").type
+    assert predicted.column_names == ["image", "prediction", "0", "1", CONFIDENCE]
+    np.testing.assert_array_equal(predicted["prediction"].to_numpy(), evaluated["prediction"])

@@ -195,7 +195,7 @@ def _scored_batches(files: dict[str, bytes], manifest: Manifest, split: str, end
         PyfuncPredictor,
         fn_constructor_kwargs={"files": files, "label_column": label_column},
         batch_size=batch_rows(manifest.spec, SCORE_BATCH_ROWS, SCORE_BATCH_BYTES),
-        batch_format="pandas",
+        batch_format="pyarrow",
         compute=single_actor(),
     )
     yield from scored.iter_batches(batch_size=4096, batch_format="pandas")

@@ -22,7 +22,7 @@ def predict_files(
         PyfuncPredictor,
         fn_constructor_kwargs={"files": files_of_model},
         batch_size=BATCH_ROWS,
-        batch_format="pandas",
+        batch_format="pyarrow",  # converted by the predictor, as pandas.read_parquet does
         compute=single_actor(),
     )
     rows = 0

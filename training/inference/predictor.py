@@ -69,12 +69,20 @@ def single_actor():
     return ray.data.ActorPoolStrategy(size=1)
 
 
-def joined(inputs: pd.DataFrame, scored: pd.DataFrame) -> pd.DataFrame:
-    """The input columns, then the model's (a name taken by an input gets ``_model``)."""
-    out = inputs.reset_index(drop=True)
+def joined(inputs, scored: pd.DataFrame):
+    """The input columns (a DataFrame, or an Arrow table whose column types are kept), then
+    the model's (a name taken by an input gets ``_model``)."""
+    if isinstance(inputs, pd.DataFrame):
+        out = inputs.reset_index(drop=True)
+        for name in scored.columns:
+            out[name if name not in out.columns else f"{name}_model"] = scored[name].to_numpy()
+        return out
+    import pyarrow as pa
+
     for name in scored.columns:
-        out[name if name not in out.columns else f"{name}_model"] = scored[name].to_numpy()
-    return out
+        column = name if name not in inputs.column_names else f"{name}_model"
+        inputs = inputs.append_column(column, pa.array(scored[name].to_numpy()))
+    return inputs
 
 
 class PyfuncPredictor:
@@ -83,6 +91,11 @@ class PyfuncPredictor:
     With ``label_column`` (evaluation) a batch comes back as the model's output plus the true
     label; otherwise (prediction) as the input columns plus the model's output and, for a
     classifier, its confidence.
+
+    Ray Data hands it Arrow batches (``batch_format="pyarrow"``), which it turns into pandas
+    itself, as ``pandas.read_parquet`` would: Ray's own pandas batches hold ArrowDtype columns
+    (an image column of Python lists, ``int64[pyarrow]`` labels) that MLflow's schema check
+    refuses ("Can not safely convert int64 to float64", 200,000 images).
     """
 
     def __init__(
@@ -96,13 +109,15 @@ class PyfuncPredictor:
         self.classes = [c.name for c in self.model.metadata.get_output_schema().inputs][1:]
         self.label_column = label_column
 
-    def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
-        if len(batch) == 0:  # an empty block; a table with no rows at all is refused elsewhere
+    def __call__(self, batch):
+        """Score a pandas batch or an Arrow batch (see the class's note)."""
+        frame = batch if isinstance(batch, pd.DataFrame) else batch.to_pandas()
+        if len(frame) == 0:  # an empty block; a table with no rows at all is refused elsewhere
             scored = pd.DataFrame({c: [] for c in [pyfunc.PREDICTION, *self.classes]})
         else:
-            scored = pyfunc.predict(self.model, batch)
+            scored = pyfunc.predict(self.model, frame)
         if self.label_column is not None:
-            scored[TRUE_LABEL] = batch[self.label_column].to_numpy()
+            scored[TRUE_LABEL] = frame[self.label_column].to_numpy()
             return scored
         if self.classes:  # a regression has no classes: its prediction is the number
             scored[CONFIDENCE] = scored[self.classes].max(axis=1)
