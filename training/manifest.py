@@ -41,6 +41,11 @@ class FeatureSpec:
         return math.prod(self.input_shape)
 
     @property
+    def row_bytes(self) -> int:
+        """A processed row in memory: float32 features, an int64 label and sample id."""
+        return 4 * self.num_features + 16
+
+    @property
     def num_classes(self) -> int:
         return len(self.classes)
 

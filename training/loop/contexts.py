@@ -121,9 +121,8 @@ class TrainContext(_RayReporting):
     def from_settings(cls, settings: dict[str, Any]) -> TrainContext:
         """The context ``loop_config``'s settings ask for (subclasses in tests/benchmarks too)."""
         train = settings["pipeline"]["train"]
-        # float32 features, int64 label and sample id per row
         spec = FeatureSpec.from_dict(settings["spec"])
-        row_bytes = 4 * spec.num_features + 16
+        row_bytes = spec.row_bytes
         rows = settings.get("split_rows") or {}
         # A shard read once (one epoch: one pass of train, one of val) is streamed: a cache would
         # hold up to shard_cache_mb per split per worker for nothing (issue 16's 10M-row run).

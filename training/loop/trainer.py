@@ -47,7 +47,7 @@ def in_memory_splits(
 
     from training.data.read import load_split_arrays
 
-    row_bytes = manifest.spec.num_features * 4 + 16
+    row_bytes = manifest.spec.row_bytes
     cache_bytes = config.train.shard_cache_mb * 1024**2
     for split in ("train", "val"):
         size = manifest.rows[split] * row_bytes

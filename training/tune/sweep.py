@@ -101,9 +101,7 @@ def sample_sizes(sweep: SweepConfig, manifest: Manifest) -> dict[str, int]:
     if sweep.sample_rows is not None:
         limits.append(sweep.sample_rows)
     if sweep.sample_mb is not None:
-        # float32 features, int64 label and sample id per row, as the trials hold them
-        row_bytes = 4 * manifest.spec.num_features + 16
-        limits.append(max(1, sweep.sample_mb * 1024**2 // row_bytes))
+        limits.append(max(1, sweep.sample_mb * 1024**2 // manifest.spec.row_bytes))
     rows = min(limits)
     if rows >= train or sweep.workers_per_trial > 1:
         return {"train": train, "val": val}
