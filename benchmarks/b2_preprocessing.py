@@ -9,8 +9,8 @@ default data (scikit-learn's 1,797 digits), 10x and 100x = the digits tiled and 
 (``training.data.synthetic``), same columns.
 
 Second pair: one pass over the processed train split with ``Dataset.iter_torch_batches`` (as the
-training loop reads it: materialised, shuffled within chunks of batches) vs a torch ``DataLoader`` over a
-``TensorDataset`` of the same rows (shuffled), same batch size.
+training loop reads it: materialised, shuffled within chunks of batches) vs a torch
+``DataLoader`` over a ``TensorDataset`` of the same rows (shuffled), same batch size.
 """
 
 from __future__ import annotations
