@@ -397,3 +397,55 @@ def test_small_splits_on_one_node_are_handed_over_in_memory_unless_caching_is_of
     monkeypatch.setattr(trainer, "MATERIALIZE_BELOW_BYTES", 256 * 1024**2)
     monkeypatch.setattr(cluster, "is_single_node", lambda: False)  # refs would not survive
     assert trainer.in_memory_splits(config, manifest, 2) is None
+
+
+def test_a_worker_resumes_from_its_own_copy_of_a_remote_checkpoint(tmp_path):
+    """Two workers of a node resuming from one S3 checkpoint: Ray's ``as_directory`` shares one
+    download directory between them, and while one waits for it the other can delete it
+    ("Checkpoint directory ... does not exist, even though it should have been created by
+    another process", seen in CI). The loop reads its own copy instead."""
+    import shutil
+    import threading
+    import time
+
+    import pyarrow.fs as pafs
+    from ray.air._internal.filelock import TempFileLock
+    from ray.train import Checkpoint
+
+    from training.loop.checkpoint import save_state
+    from training.loop.contexts import _RayReporting
+
+    saved = tmp_path / "checkpoint_000001"
+    saved.mkdir()
+    save_state({"epoch": 3, "model": {"w": torch.ones(2)}}, str(saved))
+    remote = pafs.PyFileSystem(pafs.FSSpecHandler(__import__("fsspec").filesystem("file")))
+    checkpoint = Checkpoint(str(saved), filesystem=remote)
+
+    class Api:
+        @staticmethod
+        def get_checkpoint():
+            return checkpoint
+
+    class Worker(_RayReporting):
+        _api = Api
+
+    # The other worker: downloading into the shared directory, then done with it and gone.
+    shared = checkpoint._get_temporary_checkpoint_dir()
+    os.makedirs(shared, exist_ok=True)
+    holding = threading.Event()
+
+    def other_worker():
+        with TempFileLock(shared, timeout=0):
+            holding.set()
+            time.sleep(0.5)
+            shutil.rmtree(shared, ignore_errors=True)
+
+    other = threading.Thread(target=other_worker)
+    other.start()
+    holding.wait(10)
+    try:
+        state = Worker().latest_state()
+    finally:
+        other.join()
+    assert state["epoch"] == 3
+    assert torch.equal(state["model"]["w"], torch.ones(2))

@@ -49,8 +49,13 @@ class _RayReporting:
         checkpoint = self._api.get_checkpoint()
         if checkpoint is None:
             return None
-        with checkpoint.as_directory() as directory:
-            return load_state(directory)
+        # A directory of this process's own. ``as_directory`` shares one download directory
+        # between the workers of a node when the checkpoint is remote (S3), and the first to
+        # finish deletes it while another may still wait for it: "Checkpoint directory ... does
+        # not exist, even though it should have been created by another process" (a CI run's
+        # restart after a full disk).
+        with tempfile.TemporaryDirectory(prefix="trainflow-resume-") as directory:
+            return load_state(checkpoint.to_directory(directory))
 
     def report(self, metrics: dict[str, float], state: dict[str, Any] | None) -> None:
         if state is None:
