@@ -267,7 +267,10 @@ def test_exception_in_one_rank_is_recovered(manifest, layout, tmp_path, monkeypa
 
 @pytest.mark.slow
 def test_hung_rank_times_out_and_the_retry_finishes(manifest, layout, tmp_path, monkeypatch):
-    timeout_s = 10
+    # The timeout bounds every collective of both attempts, not only the hung one: at 10 s a
+    # healthy retry's rank stalled by a loaded CI machine timed out too (CI, stop 24). 30 s is
+    # still two orders below the hang, so only the timeout can end the first attempt.
+    timeout_s = 30
     fault_dir = _inject(monkeypatch, tmp_path, kind="hang", rank=1, epoch=1, batch=2)
     started = time.monotonic()
     outcome = train_final(
