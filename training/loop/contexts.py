@@ -90,11 +90,13 @@ class TrainContext(_RayReporting):
         label_dtype: torch.dtype = torch.int64,
         splits: dict[str, Any] | None = None,
         row_bytes: int = 0,
+        device: torch.device | None = None,
     ) -> None:
         """``shard_bytes``: each split's size in memory (all workers together), if known;
         ``label_dtype``: int64 class indices, float32 for a regression; ``splits``: object refs
         of (features, labels, sample ids) per split, instead of Ray Data shards; ``row_bytes``:
-        a row's size in memory (sizes the chunks the stream fetches)."""
+        a row's size in memory (sizes the chunks the stream fetches); ``device``: where the
+        batches go (the worker's GPU with use_gpu; default the CPU)."""
         import ray.train
 
         self._api = ray.train
@@ -104,6 +106,10 @@ class TrainContext(_RayReporting):
         self._row_bytes = row_bytes
         # Page-locked host batches make the copy to the GPU asynchronous (use_gpu only).
         self._pin_memory = pin_memory
+        # Batches are moved here, not left to DDP: one worker's model is not wrapped in DDP,
+        # and nothing else would move its inputs (CPU batches met a GPU model: issue 16's
+        # ResNet-18 run on a GPU).
+        self._device = device or torch.device("cpu")
         self._cache: dict[str, dict[str, torch.Tensor] | None] = {}
         context = ray.train.get_context()
         self.world_size = context.get_world_size()
@@ -132,9 +138,16 @@ class TrainContext(_RayReporting):
         # A shard read once (one epoch: one pass of train, one of val) is streamed: a cache would
         # hold up to shard_cache_mb per split per worker for nothing (issue 16's 10M-row run).
         cache_mb = int(train["shard_cache_mb"]) if int(train["max_epochs"]) > 1 else 0
+        if train["use_gpu"]:
+            import ray.train.torch
+
+            device = ray.train.torch.get_device()
+        else:
+            device = torch.device("cpu")
         return cls(
             seed=train["seed"],
             pin_memory=train["use_gpu"],
+            device=device,
             cache_bytes=cache_mb * 1024**2,
             shard_bytes={split: n * row_bytes for split, n in rows.items()},
             strategy=train.get("strategy", "ddp"),
@@ -152,7 +165,14 @@ class TrainContext(_RayReporting):
             batch_size=chunk_rows(batch_size, self._row_bytes),
             collate_fn=SplitCollate(self._label_dtype),
         )
-        yield from rebatch(chunks, batch_size, seed, pin_memory=self._pin_memory)
+        for batch in rebatch(chunks, batch_size, seed, pin_memory=self._pin_memory):
+            yield self._on_device(batch)
+
+    def _on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``batch`` on the worker's device (asynchronously from pinned memory)."""
+        if self._device.type == "cpu":
+            return batch
+        return {key: value.to(self._device, non_blocking=True) for key, value in batch.items()}
 
     def _cached(self, split: str) -> dict[str, torch.Tensor] | None:
         """The whole shard as tensors in shard order, or None when it exceeds the limit."""
@@ -178,9 +198,7 @@ class TrainContext(_RayReporting):
             LABEL: torch.tensor(labels[rows], dtype=self._label_dtype),
             SAMPLE_ID: torch.tensor(ids[rows], dtype=torch.int64),
         }
-        if self._pin_memory:
-            shard = {key: value.pin_memory() for key, value in shard.items()}
-        return shard
+        return self._on_device(shard)  # once: every epoch then indexes it in place
 
     def _batches(self, split: str, batch_size: int, seed: int | None) -> Iterator[dict]:
         in_memory = self._splits is not None or self._cache_bytes[split] > 0
