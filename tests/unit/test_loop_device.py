@@ -26,12 +26,17 @@ class _OneWorker:
 
 
 class _Shard:
-    """A Ray Data shard's ``iter_torch_batches`` as the collate hands chunks over."""
+    """A Ray Data shard's ``iter_torch_batches``: chunks as the collate makes them, moved to
+    ``device`` as Ray's finalize step does (and refusing to pin what is not on the CPU, as
+    torch does: pinning a chunk already on the GPU failed the first fix)."""
 
-    def iter_torch_batches(self, batch_size, **_):
+    def iter_torch_batches(self, batch_size, device="auto", pin_memory=False, **_):
         for first in range(0, ROWS, batch_size):
             rows = torch.arange(first, min(first + batch_size, ROWS))
-            yield {FEATURES: rows[:, None].float().repeat(1, 4), LABEL: rows % 3, SAMPLE_ID: rows}
+            chunk = {FEATURES: rows[:, None].float().repeat(1, 4), LABEL: rows % 3}
+            chunk[SAMPLE_ID] = rows
+            target = torch.device("cpu") if device == "auto" else torch.device(device)
+            yield {key: value.to(target) for key, value in chunk.items()}
 
 
 @pytest.fixture
@@ -43,7 +48,11 @@ def one_worker(monkeypatch):
 @pytest.mark.parametrize("cache_mb", [0, 64], ids=["streamed", "cached"])
 def test_streamed_and_cached_shards_reach_the_device(one_worker, cache_mb):
     ctx = TrainContext(
-        seed=0, cache_bytes=cache_mb * 1024**2, shard_bytes={"train": 1, "val": 1}, device=META
+        seed=0,
+        cache_bytes=cache_mb * 1024**2,
+        shard_bytes={"train": 1, "val": 1},
+        device=META,
+        pin_memory=True,  # as use_gpu sets it
     )
     train = list(ctx.train_batches(epoch=0, batch_size=BATCH))
     val = list(ctx.val_batches(batch_size=BATCH))

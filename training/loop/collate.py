@@ -62,14 +62,16 @@ def rebatch(
     chunks: Iterator[dict[str, torch.Tensor]],
     batch_size: int,
     seed: int | None,
-    pin_memory: bool = False,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Batches of ``batch_size`` rows cut from each chunk, in a seeded random order within the
-    chunk when ``seed`` is given (the same seed and data give the same batches: resumable)."""
+    chunk when ``seed`` is given (the same seed and data give the same batches: resumable).
+    Cut where the chunk is: on a GPU, Ray has already moved it there."""
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     for chunk in chunks:
         rows = len(chunk[LABEL])
-        order = None if generator is None else torch.randperm(rows, generator=generator)
+        order = None
+        if generator is not None:  # drawn on the CPU whatever the device: the same order
+            order = torch.randperm(rows, generator=generator).to(chunk[LABEL].device)
         for first in range(0, rows, batch_size):
             if order is None:  # a copy too: a model may write into its input in place
                 span = slice(first, first + batch_size)
@@ -77,6 +79,4 @@ def rebatch(
             else:
                 index = order[first : first + batch_size]
                 batch = {key: value[index] for key, value in chunk.items()}
-            if pin_memory:  # page-locked, so the copy to the GPU runs asynchronously
-                batch = {key: value.pin_memory() for key, value in batch.items()}
             yield batch

@@ -104,7 +104,7 @@ class TrainContext(_RayReporting):
         self._seed = seed
         self._label_dtype = label_dtype
         self._row_bytes = row_bytes
-        # Page-locked host batches make the copy to the GPU asynchronous (use_gpu only).
+        # Page-locked host chunks make the copy to the GPU asynchronous (use_gpu only).
         self._pin_memory = pin_memory
         # Batches are moved here, not left to DDP: one worker's model is not wrapped in DDP,
         # and nothing else would move its inputs (CPU batches met a GPU model: issue 16's
@@ -161,15 +161,18 @@ class TrainContext(_RayReporting):
         # Imported here: ray.data costs a Tune trial's process 0.8 s, and trials never stream.
         from training.loop.collate import SplitCollate, chunk_rows, rebatch
 
+        # Ray moves each chunk to the device in its fetch thread, beside the training step
+        # (from page-locked memory with use_gpu); the chunk is cut into batches there.
         chunks = self._shards[split].iter_torch_batches(
             batch_size=chunk_rows(batch_size, self._row_bytes),
             collate_fn=SplitCollate(self._label_dtype),
+            device=self._device,
+            pin_memory=self._pin_memory,
         )
-        for batch in rebatch(chunks, batch_size, seed, pin_memory=self._pin_memory):
-            yield self._on_device(batch)
+        yield from rebatch(chunks, batch_size, seed)
 
     def _on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``batch`` on the worker's device (asynchronously from pinned memory)."""
+        """``batch`` on the worker's device."""
         if self._device.type == "cpu":
             return batch
         return {key: value.to(self._device, non_blocking=True) for key, value in batch.items()}
