@@ -45,6 +45,18 @@ _LOCAL_INSTANCE_ENV_DEFAULTS = {
 }
 
 
+# True in the process that started the local instance it is connected to (the driver, which
+# also stops it): nothing of that instance outlives this process.
+_started_local_instance = False
+
+
+def started_local_instance() -> bool:
+    """True in the driver that started, and will stop, the local Ray instance it uses."""
+    import ray
+
+    return _started_local_instance and ray.is_initialized()
+
+
 def ray_env() -> dict[str, str]:
     """Environment every Ray process of ours should see (driver and workers)."""
     return dict(_RAY_ENV_DEFAULTS)
@@ -77,6 +89,7 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
 
     Returns the cluster's total resources.
     """
+    global _started_local_instance
     import ray
 
     for key, value in _RAY_ENV_DEFAULTS.items():
@@ -126,6 +139,7 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
                     logging_level=logging.WARNING,
                     log_to_driver=True,
                 )
+            _started_local_instance = True
         signals.watch()
     except ConnectionError as exc:
         raise ServiceUnreachableError(
@@ -281,9 +295,10 @@ def shutdown_soon() -> None:
 
 def shutdown() -> None:
     """Disconnect from Ray (stopping a local instance); returns once it is done."""
-    global _stopping
+    global _stopping, _started_local_instance
     import ray
 
+    _started_local_instance = False
     if _stopping is not None:
         _stopping.join()
         _stopping = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,46 @@ def in_memory_splits(
     }
 
 
+@functools.cache
+def _lean_torch_trainer():
+    """Ray's TorchTrainer, less two helper actors where they have nothing to do.
+
+    Each fit starts, beside its controller and workers, a dataset manager (even with no
+    datasets) and a detached placement-group cleaner (which polls the State API every second):
+    two more processes importing Ray on a 2-core machine while the workers import torch.
+    - No datasets (in-memory splits): the manager would serve nothing.
+    - A fit driven by the process that started the local instance: the cleaner removes the
+      placement group of a controller that died while Ray lives on; here the instance ends with
+      this process. A Tune trial's fit keeps it: ASHA kills the trial's actor, and with it the
+      controller it owns, while the instance runs on.
+    """
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+    from ray.train.v2._internal.callbacks.placement_group_callback import (
+        PlacementGroupCleanerCallback,
+    )
+
+    class LeanTorchTrainer(TorchTrainer):
+        def _create_default_callbacks(self):
+            import ray
+
+            unneeded = []
+            if not self.datasets:
+                unneeded.append(DatasetsCallback)
+            if (
+                cluster.started_local_instance()
+                and ray.get_runtime_context().get_actor_id() is None  # the driver, no trial
+            ):
+                unneeded.append(PlacementGroupCleanerCallback)
+            return [
+                callback
+                for callback in super()._create_default_callbacks()
+                if not isinstance(callback, tuple(unneeded))
+            ]
+
+    return LeanTorchTrainer
+
+
 @dataclass
 class TrainOutcome:
     """What the final training left: the best checkpoint and the per-epoch history."""
@@ -89,7 +130,7 @@ def build_trainer(
     ``train_fn`` is the per-worker loop; tests pass a wrapper that injects faults.
     """
     import ray.train
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.torch import TorchConfig
 
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
@@ -117,7 +158,7 @@ def build_trainer(
         datasets = training_datasets(
             manifest, config.storage.endpoint_url, materialize=cluster.is_single_node()
         )
-    return TorchTrainer(
+    return _lean_torch_trainer()(
         train_fn,
         train_loop_config=settings,
         dataset_config=ray.train.DataConfig(execution_options=ingest),
