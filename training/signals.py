@@ -42,6 +42,26 @@ def stop_if_received() -> None:
         raise SystemExit(128 + number)
 
 
+@contextlib.contextmanager
+def handlers_restored():
+    """Put this process's SIGINT/SIGTERM handlers back after the block.
+
+    Ray Train's fit() installs a Ctrl-C handler of its own and leaves it in place: a Ctrl-C
+    after training (during evaluation) then only asked the finished controller to abort, and
+    the run went on to register its model and exit 0.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {signum: signal.getsignal(signum) for signum in _WATCHED}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            if handler is not None:  # None: set outside Python, cannot be put back
+                signal.signal(signum, handler)
+
+
 def watch() -> None:
     """Remember a SIGTERM/SIGINT, then let the handler in place act on it.
 

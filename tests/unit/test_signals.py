@@ -45,3 +45,28 @@ def test_no_signal_goes_on():
     done = _run("INT", send=False)
     assert done.returncode == 0, done.stderr
     assert "went on" in done.stdout
+
+
+# After fit(): Ray Train leaves its SIGINT handler in place; a Ctrl-C during evaluation must
+# still interrupt (KeyboardInterrupt from Python's handler, under ours), not be swallowed.
+AFTER_FIT = """
+import os, signal
+from training import signals
+signals.watch()
+with signals.handlers_restored():
+    signal.signal(signal.SIGINT, lambda number, frame: None)  # fit()'s handler
+try:
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while evaluating
+    import time; time.sleep(1)
+    print("went on")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_a_ctrl_c_after_fit_is_not_swallowed_by_its_handler():
+    done = subprocess.run(
+        [sys.executable, "-c", AFTER_FIT], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert "interrupted" in done.stdout, (done.stdout, done.stderr)
+    assert "went on" not in done.stdout

@@ -304,6 +304,20 @@ def test_log_history_and_metrics(tracker):
     tracker.close_unfinished(parent, "KILLED")
 
 
+def test_log_history_again_adds_only_new_steps(tracker):
+    """A resumed run repeats a stage that had finished (stopped during evaluation): its history
+    is logged again, and each epoch must still appear once."""
+    parent = tracker.start_parent_run("flow-history-again", {})
+    run = tracker.start_child_run(parent, "train", "train")
+    rows = [{"epoch": e, "train_loss": 1.0 / e, "val_accuracy": 0.1 * e} for e in (1, 2, 3)]
+    tracker.log_history(run, rows[:2])
+    tracker.log_history(run, rows)  # the resumed stage: every epoch, two of them logged already
+    for key in ("train_loss", "val_accuracy"):
+        steps = sorted(m.step for m in tracker.client.get_metric_history(run, key))
+        assert steps == [1, 2, 3], (key, steps)
+    tracker.close_unfinished(parent, "KILLED")
+
+
 def test_log_history_many_points(tracker):
     parent = tracker.start_parent_run("flow-long-history", {})
     rows = [{"epoch": e, "a": e, "b": -e, "c": e / 2} for e in range(400)]  # 1200 > 1000 per batch

@@ -216,7 +216,8 @@ def train_final(
             every_n_batches=config.train.checkpoint.every_n_batches,
         )
         try:
-            result = trainer.fit()
+            with signals.handlers_restored():
+                result = trainer.fit()
         except TrainingFailedError as exc:
             signals.stop_if_received()  # an interrupted fit is no failure
             raise training_error(exc, config, storage_path) from exc

@@ -218,15 +218,28 @@ class Tracker:
         self._log_metric_rows(run_id, [(metrics, step or 0, timestamp)])
 
     def log_history(self, run_id: str, rows: list[dict[str, Any]], step_key: str = "epoch") -> None:
-        """One metric point per numeric value of each row, at ``step=row[step_key]``."""
+        """One metric point per numeric value of each row, at ``step=row[step_key]``. Steps the
+        run already holds are not logged again: a resumed run repeats a stage that had finished
+        when it was stopped (Ctrl-C during evaluation), and its history would show each epoch
+        twice."""
+        logged = self._logged_steps(run_id, rows, step_key)
         start = int(time.time() * 1000)
         entries = []
         for index, row in enumerate(rows):
             step = row.get(step_key, index)
             step = int(step) if _metric_value(step) is not None else index
+            if step in logged:
+                continue
             values = {k: v for k, v in row.items() if k != step_key}
             entries.append((values, step, start + index))
         self._log_metric_rows(run_id, entries)
+
+    def _logged_steps(self, run_id: str, rows: list[dict[str, Any]], step_key: str) -> set[int]:
+        """Steps at which the run already has any of the rows' metrics (none for a new run)."""
+        if not rows or not self.client.get_run(run_id).data.metrics:
+            return set()
+        keys = {key for row in rows for key in row if key != step_key}
+        return {point.step for key in keys for point in self.client.get_metric_history(run_id, key)}
 
     def _log_metric_rows(self, run_id: str, entries: Iterable[tuple[dict, int, int]]) -> None:
         from mlflow.entities import Metric
