@@ -52,6 +52,7 @@ def test_no_signal_goes_on():
 AFTER_FIT = """
 import os, signal
 from training import signals
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as the CLI has it (xdist ignores it)
 signals.watch()
 with signals.handlers_restored():
     signal.signal(signal.SIGINT, lambda number, frame: None)  # fit()'s handler
