@@ -241,6 +241,7 @@ def evaluate(
         manifest,
         endpoint_url=endpoint,
         raw_example=raw_rows(manifest, "test", pyfunc.EXAMPLE_ROWS, endpoint),
+        use_gpu=config.train.use_gpu,
     )
     tracker.log_metrics(eval_run, result.metrics)
     with tempfile.TemporaryDirectory() as tmp:

@@ -203,7 +203,9 @@ def evaluate(
             fingerprint(config.data, files, endpoint),
             files,
         )
-        result, _ = evaluate_model(files_of_model, classes, manifest, split, endpoint)
+        result, _ = evaluate_model(
+            files_of_model, classes, manifest, split, endpoint, config.train.use_gpu
+        )
     finally:
         cluster.shutdown()
     table = Table(title=f"{model} on {split} ({int(result.metrics['test_rows'])} rows)")
@@ -244,7 +246,7 @@ def predict(
         files = resolve_inputs(source)
         fmt = input_format(source, files)
         cluster.connect(config.ray)
-        rows = predict_files(files_of_model, files, str(output), fmt=fmt)
+        rows = predict_files(files_of_model, files, str(output), fmt, config.train.use_gpu)
     finally:
         cluster.shutdown()
     console.print(f"wrote {rows} predictions to {output}")

@@ -216,3 +216,46 @@ def test_the_batch_predictor_scores_arrow_batches_of_uint8_images(tmp_path):
     assert predicted.schema.field("image").type == table.schema.field("image").type
     assert predicted.column_names == ["image", "prediction", "0", "1", CONFIDENCE]
     np.testing.assert_array_equal(predicted["prediction"].to_numpy(), evaluated["prediction"])
+
+
+def test_the_model_runs_where_it_is_told(tabular, monkeypatch):
+    """MLflow's rule for PyTorch models: ``model_config={"device": ...}`` at load, else
+    ``MLFLOW_DEFAULT_PREDICTION_DEVICE``, else the GPU when there is one (``meta`` here stands
+    for a device this machine does not have)."""
+    import mlflow.pyfunc
+
+    def device_of(model):
+        python_model = model.unwrap_python_model()
+        assert {p.device for p in python_model.network.parameters()} == {python_model.device}
+        return python_model.device.type
+
+    path = tabular["path"]
+    assert device_of(mlflow.pyfunc.load_model(path, model_config={"device": "meta"})) == "meta"
+    monkeypatch.setenv("MLFLOW_DEFAULT_PREDICTION_DEVICE", "meta")
+    assert device_of(mlflow.pyfunc.load_model(path)) == "meta"
+    assert device_of(mlflow.pyfunc.load_model(path, model_config={"device": "cpu"})) == "cpu"
+    monkeypatch.delenv("MLFLOW_DEFAULT_PREDICTION_DEVICE")
+    assert device_of(mlflow.pyfunc.load_model(path)) == (
+        "cuda" if torch.cuda.is_available() else "cpu"
+    )
+    from training.model.trainflow_pyfunc.model import prediction_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert prediction_device({"device": None}) == "cuda"
+    assert prediction_device({"device": "cpu"}) == "cpu"
+
+
+def test_a_scoring_actor_holds_a_gpu_only_with_use_gpu(tabular, monkeypatch):
+    """With ``train.use_gpu`` the scoring actor asks Ray for a GPU and loads the model there;
+    without, it stays on the CPU even where a GPU is visible (one Ray did not give it)."""
+    from training.inference.predictor import PyfuncPredictor, device_of, scoring_actor
+    from training.tracking import pyfunc
+
+    assert scoring_actor(True)["num_gpus"] == 1
+    assert "num_gpus" not in scoring_actor(False)
+    assert (device_of(True), device_of(False)) == ("cuda", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    files = pyfunc.pack(tabular["path"])
+    assert PyfuncPredictor(files).model.unwrap_python_model().device.type == "cpu"
+    on_meta = PyfuncPredictor(files, device="meta").model.unwrap_python_model()
+    assert on_meta.device.type == "meta"

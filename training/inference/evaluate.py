@@ -15,7 +15,13 @@ import numpy as np
 import pandas as pd
 
 from training.errors import DataValidationError
-from training.inference.predictor import TRUE_LABEL, PyfuncPredictor, our_errors, single_actor
+from training.inference.predictor import (
+    TRUE_LABEL,
+    PyfuncPredictor,
+    device_of,
+    our_errors,
+    scoring_actor,
+)
 from training.manifest import FeatureSpec, Manifest
 from training.metrics import regression_metrics
 from training.tracking import pyfunc
@@ -183,8 +189,11 @@ def _local_batches(files: list[str], plan, endpoint_url: str | None):
 SCORE_HERE_BELOW_ROWS = 20_000
 
 
-def _scored_batches(files: dict[str, bytes], manifest: Manifest, split: str, endpoint_url):
-    """The split's rows scored by the pyfunc: pandas batches of model output + true label."""
+def _scored_batches(
+    files: dict[str, bytes], manifest: Manifest, split: str, endpoint_url, use_gpu: bool
+):
+    """The split's rows scored by the pyfunc (a large split on a GPU with ``use_gpu``): pandas
+    batches of model output + true label."""
     label_column = manifest.spec.label_column
     if manifest.rows.get(split, SCORE_HERE_BELOW_ROWS) < SCORE_HERE_BELOW_ROWS:
         predictor = PyfuncPredictor(files, label_column=label_column, threads=None)
@@ -193,10 +202,14 @@ def _scored_batches(files: dict[str, bytes], manifest: Manifest, split: str, end
         return
     scored = raw_split(manifest, split, endpoint_url).map_batches(
         PyfuncPredictor,
-        fn_constructor_kwargs={"files": files, "label_column": label_column},
+        fn_constructor_kwargs={
+            "files": files,
+            "label_column": label_column,
+            "device": device_of(use_gpu),
+        },
         batch_size=batch_rows(manifest.spec, SCORE_BATCH_ROWS, SCORE_BATCH_BYTES),
         batch_format="pyarrow",
-        compute=single_actor(),
+        **scoring_actor(use_gpu),
     )
     yield from scored.iter_batches(batch_size=4096, batch_format="pandas")
 
@@ -207,9 +220,11 @@ def evaluate_model(
     manifest: Manifest,
     split: str = "test",
     endpoint_url: str | None = None,
+    use_gpu: bool = False,
 ) -> tuple[EvalResult, Scored]:
-    """Score a split's raw rows with a packed MLflow model (in this process when small). A model
-    without classes is a regression, and evaluates on regression data."""
+    """Score a split's raw rows with a packed MLflow model (in this process when small, on a
+    GPU with ``use_gpu`` when not). A model without classes is a regression, and evaluates on
+    regression data."""
     if (not classes) != manifest.spec.is_regression:
         kinds = ("a classifier", "a regression")
         raise DataValidationError(
@@ -225,7 +240,7 @@ def evaluate_model(
     index = pd.Index(list(classes))
     labels, predictions, probs = [], [], []
     with our_errors():
-        for batch in _scored_batches(files, manifest, split, endpoint_url):
+        for batch in _scored_batches(files, manifest, split, endpoint_url, use_gpu):
             labels.append(batch[TRUE_LABEL].to_numpy())
             predictions.append(batch[pyfunc.PREDICTION].to_numpy())
             probs.append(batch[names].to_numpy(dtype=np.float64))
@@ -257,13 +272,14 @@ def evaluate_state(
     split: str = "test",
     endpoint_url: str | None = None,
     raw_example: pd.DataFrame | None = None,
+    use_gpu: bool = False,
 ) -> tuple[EvalResult, Scored]:
     """Evaluate a checkpoint's state through the pyfunc model it becomes when registered."""
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = pyfunc.save(state, f"{tmp}/model", raw_example)
         files = pyfunc.pack(model_dir)
     classes = FeatureSpec.from_dict(state["spec"]).classes
-    return evaluate_model(files, classes, manifest, split, endpoint_url)
+    return evaluate_model(files, classes, manifest, split, endpoint_url, use_gpu)
 
 
 def regression_result(

@@ -4,26 +4,31 @@ one probability per class, and the confidence), streamed through the pyfunc mode
 from __future__ import annotations
 
 from training.errors import DataValidationError
-from training.inference.predictor import PyfuncPredictor, our_errors, single_actor
+from training.inference.predictor import PyfuncPredictor, device_of, our_errors, scoring_actor
 from training.storage import atomic_path
 
 BATCH_ROWS = 1024
 
 
 def predict_files(
-    files_of_model: dict[str, bytes], files: list[str], output: str, fmt: str = "parquet"
+    files_of_model: dict[str, bytes],
+    files: list[str],
+    output: str,
+    fmt: str = "parquet",
+    use_gpu: bool = False,
 ) -> int:
-    """Score raw rows with a packed MLflow model; write inputs + outputs, whole or nothing."""
+    """Score raw rows with a packed MLflow model (on a GPU with ``use_gpu``); write inputs +
+    outputs, whole or nothing."""
     import pyarrow.parquet as pq
 
     from training.data.read import read_raw
 
     scored = read_raw(files, fmt).map_batches(
         PyfuncPredictor,
-        fn_constructor_kwargs={"files": files_of_model},
+        fn_constructor_kwargs={"files": files_of_model, "device": device_of(use_gpu)},
         batch_size=BATCH_ROWS,
         batch_format="pyarrow",  # converted by the predictor, as pandas.read_parquet does
-        compute=single_actor(),
+        **scoring_actor(use_gpu),
     )
     rows = 0
     with our_errors(), atomic_path(output) as tmp:

@@ -69,6 +69,18 @@ def single_actor():
     return ray.data.ActorPoolStrategy(size=1)
 
 
+def scoring_actor(use_gpu: bool) -> dict:
+    """``map_batches`` options of the one scoring actor: with ``use_gpu`` it holds a GPU of its
+    own (ResNet-18 scoring 30,000 images on one CPU thread took 474 s of a 652 s run)."""
+    return {"compute": single_actor(), **({"num_gpus": 1} if use_gpu else {})}
+
+
+def device_of(use_gpu: bool) -> str:
+    """The device a scoring actor loads the model on: the GPU Ray gave it, else the CPU (a
+    CPU actor on a GPU machine must not take a GPU Ray did not give it)."""
+    return "cuda" if use_gpu else "cpu"
+
+
 def joined(inputs, scored: pd.DataFrame):
     """The input columns (a DataFrame, or an Arrow table whose column types are kept), then
     the model's (a name taken by an input gets ``_model``)."""
@@ -99,13 +111,18 @@ class PyfuncPredictor:
     """
 
     def __init__(
-        self, files: dict[str, bytes], label_column: str | None = None, threads: int | None = 1
+        self,
+        files: dict[str, bytes],
+        label_column: str | None = None,
+        threads: int | None = 1,
+        device: str = "cpu",
     ):
-        """``threads``: torch threads of the actor's process (None: leave them as they are)."""
+        """``threads``: torch threads of the actor's process (None: leave them as they are);
+        ``device``: where the model runs (see :func:`device_of`)."""
         if threads is not None:
             torch.set_num_threads(threads)
         self._dir = tempfile.mkdtemp(prefix="trainflow-model-")
-        self.model = pyfunc.load_packed(files, self._dir)
+        self.model = pyfunc.load_packed(files, self._dir, device)
         self.classes = [c.name for c in self.model.metadata.get_output_schema().inputs][1:]
         self.label_column = label_column
 

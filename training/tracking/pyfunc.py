@@ -135,6 +135,8 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
         "signature": signature(spec, example),
         "input_example": example,
         "pip_requirements": requirements() + factory.requirements(model_config),
+        # A key MLflow lets a loader override: load_model(uri, model_config={"device": "cpu"}).
+        "model_config": {"device": None},
     }
 
 
@@ -160,15 +162,16 @@ def pack(model_dir: str) -> dict[str, bytes]:
     }
 
 
-def load_packed(files: dict[str, bytes], directory: str):
-    """Write packed files under ``directory`` and load them with ``mlflow.pyfunc.load_model``."""
+def load_packed(files: dict[str, bytes], directory: str, device: str | None = None):
+    """Write packed files under ``directory`` and load them with ``mlflow.pyfunc.load_model``
+    (on ``device``; None: MLflow's rule, the GPU when there is one)."""
     import mlflow.pyfunc
 
     for name, data in files.items():
         target = Path(directory) / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-    return mlflow.pyfunc.load_model(directory)
+    return mlflow.pyfunc.load_model(directory, model_config={"device": device} if device else None)
 
 
 def refusal(exc: BaseException) -> str:

@@ -16,6 +16,7 @@ image array of the wrong size. Each raises an ``MlflowException`` naming the col
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import mlflow.pyfunc
@@ -35,6 +36,16 @@ STATE_ARTIFACT = "state"
 def bad_input(message: str) -> MlflowException:
     """A user error: HTTP 400 from the scoring server, with this message in its body."""
     return MlflowException.invalid_parameter_value(message)
+
+
+def prediction_device(model_config: dict[str, Any] | None) -> str:
+    """Where the network runs, by MLflow's own rule for PyTorch models: ``model_config``'s
+    ``device`` (``mlflow.pyfunc.load_model(uri, model_config={"device": "cpu"})``), else
+    ``MLFLOW_DEFAULT_PREDICTION_DEVICE``, else the GPU when there is one."""
+    chosen = (model_config or {}).get("device") or os.environ.get(
+        "MLFLOW_DEFAULT_PREDICTION_DEVICE"
+    )
+    return chosen or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def is_regression(spec: dict[str, Any]) -> bool:
@@ -115,10 +126,12 @@ class TrainflowClassifier(mlflow.pyfunc.PythonModel):
 
     def load_context(self, context) -> None:
         path = context.artifacts[STATE_ARTIFACT]
-        self.load_state(torch.load(path, map_location="cpu", weights_only=True))
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        self.load_state(state, prediction_device(context.model_config))
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Build the network from a state dict (also used without MLflow's loader)."""
+    def load_state(self, state: dict[str, Any], device: str = "cpu") -> None:
+        """Build the network from a state dict on ``device`` (also used without MLflow's
+        loader)."""
         spec = state["spec"]
         network = build_network(
             state["model_config"],
@@ -127,7 +140,8 @@ class TrainflowClassifier(mlflow.pyfunc.PythonModel):
             spec.get("task", "classification"),
         )
         network.load_state_dict(state["model"])
-        self.network = network.eval()
+        self.device = torch.device(device)
+        self.network = network.to(self.device).eval()
         self.spec = spec
         self.mean = np.asarray(spec["mean"], dtype=np.float64)
         std = np.asarray(spec["std"], dtype=np.float64)
@@ -141,7 +155,8 @@ class TrainflowClassifier(mlflow.pyfunc.PythonModel):
         """The network's raw outputs (float32 [rows, outputs]) for a raw table."""
         features = ((raw_features(frame, self.spec) - self.mean) / self.std).astype(np.float32)
         with torch.no_grad():
-            return self.network(torch.from_numpy(features)).float().numpy()
+            outputs = self.network(torch.from_numpy(features).to(self.device))
+            return outputs.float().cpu().numpy()
 
     def values(self, frame: pd.DataFrame) -> np.ndarray:
         """A regression's predictions (float64 [rows]) in the label's own unit."""
