@@ -113,8 +113,12 @@ def test_a_local_instance_inherits_our_env_vars_instead_of_a_runtime_env(monkeyp
 
 
 def test_a_local_instance_runs_no_preemption_watcher_unless_asked(monkeypatch):
+    """...and its processes give freed memory back (Arrow's system pool, glibc's fixed mmap
+    threshold), in Ray's processes only."""
     monkeypatch.setattr(os, "environ", dict(os.environ))
-    os.environ.pop("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", None)
+    for key in ("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "ARROW_DEFAULT_MEMORY_POOL"):
+        os.environ.pop(key, None)
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # a user's own value
     os.environ.pop("RAY_API_SERVER_ADDRESS", None)
     started = {}
 
@@ -132,11 +136,15 @@ def test_a_local_instance_runs_no_preemption_watcher_unless_asked(monkeypatch):
     with pytest.raises(cluster.ServiceUnreachableError):
         cluster.connect(cluster.RayConfig())
     assert started["env"]["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"
+    assert started["env"]["ARROW_DEFAULT_MEMORY_POOL"] == "system"
+    assert started["env"]["MALLOC_MMAP_THRESHOLD_"] == "65536"
     assert started["runtime_env"] == {}  # every variable inherited, none in a runtime_env
     assert started["env"]["RAY_API_SERVER_ADDRESS"].startswith("http://127.0.0.1:")
     # Only Ray's processes keep them: this one's later State API calls go where they say.
     assert "RAY_API_SERVER_ADDRESS" not in os.environ
     assert "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER" not in os.environ
+    assert "ARROW_DEFAULT_MEMORY_POOL" not in os.environ
+    assert os.environ["MALLOC_MMAP_THRESHOLD_"] == "65536"
     os.environ["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = "1"  # the user's choice wins
     with pytest.raises(cluster.ServiceUnreachableError):
         cluster.connect(cluster.RayConfig())
