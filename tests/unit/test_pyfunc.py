@@ -248,11 +248,18 @@ def test_the_model_runs_where_it_is_told(tabular, monkeypatch):
 def test_a_scoring_actor_holds_a_gpu_only_with_use_gpu(tabular, monkeypatch):
     """With ``train.use_gpu`` the scoring actor asks Ray for a GPU and loads the model there;
     without, it stays on the CPU even where a GPU is visible (one Ray did not give it)."""
+    import ray
+
+    from training.errors import ConfigError
     from training.inference.predictor import PyfuncPredictor, device_of, scoring_actor
     from training.tracking import pyfunc
 
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": 1.0})
     assert scoring_actor(True)["num_gpus"] == 1
     assert "num_gpus" not in scoring_actor(False)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    with pytest.raises(ConfigError, match="no GPU to score on"):
+        scoring_actor(True)  # it would wait for a GPU forever
     assert (device_of(True), device_of(False)) == ("cuda", "cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     files = pyfunc.pack(tabular["path"])

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from training import errors
-from training.errors import TrainflowError
+from training.errors import ConfigError, TrainflowError
 from training.tracking import pyfunc
 
 #: The column of an evaluation batch holding the true label (the user's label column's values).
@@ -71,8 +71,18 @@ def single_actor():
 
 def scoring_actor(use_gpu: bool) -> dict:
     """``map_batches`` options of the one scoring actor: with ``use_gpu`` it holds a GPU of its
-    own (ResNet-18 scoring 30,000 images on one CPU thread took 474 s of a 652 s run)."""
-    return {"compute": single_actor(), **({"num_gpus": 1} if use_gpu else {})}
+    own (ResNet-18 scoring 30,000 images on one CPU thread took 474 s of a 652 s run). On a
+    cluster without a GPU that actor could never start: an error now, not a hang."""
+    if not use_gpu:
+        return {"compute": single_actor()}
+    import ray
+
+    if float(ray.cluster_resources().get("GPU", 0.0)) < 1:
+        raise ConfigError(
+            "train.use_gpu is true but the Ray cluster has no GPU to score on; set "
+            "train.use_gpu=false (or --set train.use_gpu=false)"
+        )
+    return {"compute": single_actor(), "num_gpus": 1}
 
 
 def device_of(use_gpu: bool) -> str:
