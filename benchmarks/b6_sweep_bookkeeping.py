@@ -90,8 +90,6 @@ def _bookkeeping_arm(storage: Path, trials: int, seconds: float, reuse: bool):
         from ray.tune.schedulers import ASHAScheduler
         from ray.tune.search.basic_variant import BasicVariantGenerator
 
-        from training.tune.sweep import trial_loggers
-
         # The Tuner as training.tune.sweep.run_sweep builds it; only the trainable differs.
         tuner = tune.Tuner(
             tune.with_resources(tune.with_parameters(_sleep_trial, seconds=seconds), {"cpu": 1}),
@@ -108,7 +106,6 @@ def _bookkeeping_arm(storage: Path, trials: int, seconds: float, reuse: bool):
                 name=f"b6-{'reuse' if reuse else 'sweep'}-{rep}-{uuid.uuid4().hex[:6]}",
                 storage_path=str(storage),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                callbacks=trial_loggers(),
                 verbose=0,
             ),
         )

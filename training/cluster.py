@@ -28,11 +28,6 @@ _RAY_ENV_DEFAULTS = {
     # Tune's own Ctrl-C handler makes Tuner.fit() return the unfinished trials as if the sweep
     # had ended, and the flow would train on them; a KeyboardInterrupt must stop the run.
     "TUNE_DISABLE_SIGINT_HANDLER": "1",
-    # Tune adds a CSV and a TensorBoard logger to every sweep (files opened, written and closed
-    # per trial; TensorBoard's writer starts a thread per trial): B6's sweep of 200 short trials
-    # ran at 1.31x its minimum with them, 1.19x without. The sweep keeps Tune's JSON logger
-    # (training.tune.sweep.trial_loggers): its result.json is each trial's per-epoch history.
-    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
     # Train V2's controller collects worker reports by polling every 2 s, and a worker's report
     # blocks until it is collected (a queue of one): on small data every epoch took >= 2 s
     # however fast it trained. 0.1 s costs the controller a few cheap RPCs a second. (Its

@@ -16,7 +16,7 @@ from training.errors import TrainingDivergedError
 from training.loop.checkpoint import load_state
 from training.loop.trainer import train_final
 from training.overrides import load_config
-from training.tune.sweep import SWEEP_NAME, run_sweep
+from training.tune.sweep import run_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -67,14 +67,6 @@ def test_asha_sweep_stops_a_trial_early_and_picks_a_healthy_best(manifest, layou
     )
     assert outcome.best_trial_id == best.trial_id
     assert set(outcome.best_params) == {"train.lr"}
-    # Tune's JSON logger alone: per-epoch histories, no CSV or TensorBoard files per trial.
-    for trial in outcome.trials:
-        assert [row["epoch"] for row in trial.history] == list(range(1, trial.epochs + 1))
-    storage_path, _ = layout.ray_storage("sweep-4")
-    trial_files = {os.path.basename(p) for p in glob.glob(f"{storage_path}/{SWEEP_NAME}/*/*")}
-    assert "result.json" in trial_files
-    assert "progress.csv" not in trial_files
-    assert not [f for f in trial_files if f.startswith("events.out.tfevents")]
     # Re-running with the same run id restores the finished sweep instead of starting over.
     again = run_sweep(config, manifest, "sweep-4", layout)
     assert {t.trial_id for t in again.trials} == {t.trial_id for t in outcome.trials}

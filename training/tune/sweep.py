@@ -200,16 +200,6 @@ def build_searcher(sweep: SweepConfig):
     return ConcurrencyLimiter(OptunaSearch(sampler=sampler), sweep.max_concurrent_trials)
 
 
-def trial_loggers() -> list:
-    """Tune's JSON logger alone: each trial's result.json is its per-epoch history
-    (``result.metrics_dataframe``) and what a resumed sweep reads back. Tune's CSV and
-    TensorBoard loggers are off (``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``): MLflow holds the
-    trials' curves."""
-    from ray.tune.logger import JsonLoggerCallback
-
-    return [JsonLoggerCallback()]
-
-
 def run_sweep(
     config: PipelineConfig,
     manifest: Manifest,
@@ -262,7 +252,6 @@ def run_sweep(
                 storage_path=storage_path,
                 storage_filesystem=storage_fs,
                 callbacks=[
-                    *trial_loggers(),
                     *(callbacks or []),
                     SweepProgress(
                         sweep.metric,
