@@ -101,7 +101,7 @@ def run(
             f"trainflow run: libraries log to {log.path}", highlight=False, soft_wrap=True
         )
         with ProgressView(console, live=log.interactive and not verbose):
-            summary = _run_pipeline(config, run_id, EarlyTemporaryServer())
+            summary = _run_pipeline(config, run_id)
     for line in summary_lines(summary, str(log.path)):
         console.print(line, highlight=False, soft_wrap=True)
     if summary_json is not None:
@@ -110,7 +110,26 @@ def run(
         summary_json.write_text(json.dumps(summary.to_dict(), indent=2, default=str))
 
 
-def _run_pipeline(config, run_id: str | None, prefect_server: EarlyTemporaryServer) -> RunSummary:
+def _run_pipeline(config, run_id: str | None) -> RunSummary:
+    """Ray and Prefect's temporary server start, each in a thread, while the pipeline is
+    imported; then the flow runs."""
+    from training import cluster
+
+    # A local Ray instance first (the longest start; the server's constructor imports Prefect's
+    # server for ~3 s): the first stage finds it up.
+    ship = []
+    if config.model.kind == "custom":  # its package travels to the workers unless installed
+        from training.model.factory import ship_paths
+
+        ship = ship_paths(config.model)
+    cluster.start_early(config.ray, ship)
+    try:
+        return _run_flow(config, run_id, EarlyTemporaryServer())
+    finally:
+        cluster.shutdown()  # the flow stops Ray itself; not if it failed before its body ran
+
+
+def _run_flow(config, run_id: str | None, prefect_server: EarlyTemporaryServer) -> RunSummary:
     """The flow, with Ctrl-C and SIGTERM reported as such (exit 130 / 143)."""
     from prefect.exceptions import TerminationSignal
 

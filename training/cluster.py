@@ -65,6 +65,77 @@ def started_local_instance() -> bool:
     return _started_local_instance and ray.is_initialized()
 
 
+# A local instance started in a thread while the CLI imports the pipeline (``start_early``).
+# Ray ties the instance's own processes (GCS, raylet, dashboard) to the *thread* that started
+# them (PR_SET_PDEATHSIG: they are killed when it ends; seen as "Failed to connect to GCS" a
+# minute later), so that thread waits until the instance is stopped.
+_early: threading.Thread | None = None
+_early_pending = False  # started early, not yet taken over by a connect() of the caller's
+_early_done = threading.Event()  # the early start is over, well or not
+_early_release = threading.Event()  # Ray is stopped: the starting thread may end
+_early_error: list[BaseException] = []
+
+
+def start_early(ray_config: RayConfig, py_modules: list[str] | None = None) -> None:
+    """Start a local instance in a thread, so that its start (~6 s on 2 cores) runs beside
+    the caller's imports and Prefect's start; the first ``connect`` waits for it and raises
+    its error, if any. Nothing happens for a cluster address: a cluster is joined as needed."""
+    global _early, _early_pending
+    import ray
+
+    # Imported here, before the thread starts: connect() imports Tune (and with it Train and
+    # Data, which import one another), and two threads entering circular imports at once can
+    # each find the other's modules half-initialised. The pipeline imports them anyway.
+    from ray.tune.execution import class_cache  # noqa: F401
+
+    if _early is not None or ray.is_initialized():
+        return
+    if ray_config.address or os.environ.get("RAY_ADDRESS"):
+        return
+    _early_done.clear()
+    _early_release.clear()
+    _early_error.clear()
+
+    def start_and_hold() -> None:
+        try:
+            connect(ray_config, py_modules)
+        except BaseException as exc:  # noqa: BLE001 - raised again by the caller's connect()
+            _early_error.append(exc)
+        finally:
+            _early_done.set()
+        _early_release.wait()
+
+    _early_pending = True
+    _early = threading.Thread(target=start_and_hold, name="ray-early-start", daemon=True)
+    _early.start()
+
+
+def _adopt_early_start(*, raise_error: bool = True) -> None:
+    """Wait for an early start to end; then this thread (the main one, where signal handlers
+    belong) watches for signals as ``connect`` does, or raises the start's error."""
+    global _early_pending
+    if not _early_pending or threading.current_thread() is _early:
+        return
+    _early_done.wait()
+    _early_pending = False
+    if _early_error:
+        error = _early_error.pop()
+        _end_early_thread()
+        if raise_error:
+            raise error
+        return
+    signals.watch()
+
+
+def _end_early_thread() -> None:
+    """Let the thread that started the instance end (the instance is stopped, or never was)."""
+    global _early
+    thread, _early = _early, None
+    if thread is not None and thread is not threading.current_thread():
+        _early_release.set()
+        thread.join()
+
+
 def ray_env() -> dict[str, str]:
     """Environment every Ray process of ours should see (driver and workers)."""
     return dict(_RAY_ENV_DEFAULTS)
@@ -100,6 +171,7 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
     global _started_local_instance
     import ray
 
+    _adopt_early_start()
     for key, value in _RAY_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     if _stopping is not None:  # a stop begun by `shutdown_soon` ends before anything new
@@ -312,12 +384,14 @@ def shutdown() -> None:
     global _stopping, _started_local_instance
     import ray
 
+    _adopt_early_start(raise_error=False)  # a start under way ends first, then stops
     _started_local_instance = False
     if _stopping is not None:
         _stopping.join()
         _stopping = None
     if ray.is_initialized():
         ray.shutdown()
+    _end_early_thread()
 
 
 def worker_resources(train) -> dict[str, float]:
