@@ -100,3 +100,38 @@ def test_no_early_start_for_a_cluster_address(tmp_path):
         tmp_path,
     )
     assert out.strip() == "ok"
+
+
+def test_the_driver_keeps_arrows_own_pool_while_the_instance_gets_the_system_one(tmp_path):
+    """While Ray starts, this process's environment holds the instance's variables, Arrow's
+    system pool among them; Arrow picks its pool for good when it is imported, which training's
+    modules do before the start, so the driver's reads keep Arrow's faster pool."""
+    out = _run(
+        """
+        import os, time
+        import ray
+        from training import cluster
+        from training.config import RayConfig
+
+        os.environ.pop("ARROW_DEFAULT_MEMORY_POOL", None)
+        cluster.start_early(RayConfig(num_cpus=2))
+        # The pipeline's first Arrow read comes while Ray starts, with the instance's
+        # variables in this process's environment.
+        while "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+            time.sleep(0.01)
+        import pyarrow
+        pyarrow.default_memory_pool()
+        cluster.connect(RayConfig(num_cpus=2))
+
+        @ray.remote
+        def worker_pool():
+            import pyarrow
+            return pyarrow.default_memory_pool().backend_name
+
+        print(pyarrow.default_memory_pool().backend_name, ray.get(worker_pool.remote()))
+        cluster.shutdown()
+        """,
+        tmp_path,
+    )
+    driver, worker = out.split()
+    assert worker == "system" and driver != "system", out
