@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
+import tempfile
 import threading
 from pathlib import Path
 
@@ -319,18 +319,23 @@ _MAX_RAY_TEMP_DIR = (
 def ray_temp_dir(home: Path | None = None) -> Path:
     """Where the local Ray instance keeps its sessions: ``<home>/ray``.
 
-    A home too deep for Unix socket paths gets a short directory in the system temp dir,
-    named after the home, and ``<home>/ray`` links to it.
+    A home too deep for Unix socket paths gets a short directory of its own in the system
+    temp dir, and ``<home>/ray`` links to it; later runs follow the link. (A directory named
+    after the home's path was shared by every home ever made at that path: a new home at a
+    path pytest had used before found the old homes' Ray sessions in its own.)
     """
     home = home or trainflow_home()
     wanted = home / "ray"
     if len(str(wanted)) <= _MAX_RAY_TEMP_DIR:
         wanted.mkdir(parents=True, exist_ok=True)
         return wanted
-    short = Path("/tmp") / f"trainflow-ray-{hashlib.sha256(str(home).encode()).hexdigest()[:10]}"
-    short.mkdir(parents=True, exist_ok=True)
+    if wanted.is_symlink():
+        short = wanted.resolve()
+        short.mkdir(parents=True, exist_ok=True)  # the system may have cleaned its temp dir
+        return short
     home.mkdir(parents=True, exist_ok=True)
-    if not wanted.exists() and not wanted.is_symlink():
+    short = Path(tempfile.mkdtemp(prefix="trainflow-ray-", dir="/tmp"))
+    if not wanted.exists():
         wanted.symlink_to(short, target_is_directory=True)
     return short
 

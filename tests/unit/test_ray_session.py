@@ -55,6 +55,14 @@ def test_a_home_too_deep_for_socket_paths_links_to_a_short_dir(tmp_path):
     assert (home / "ray").is_symlink() and (home / "ray").resolve() == temp.resolve()
     # Asked again, the same place: the link is kept.
     assert cluster.ray_temp_dir(home) == temp
+    # A new home at the same path gets a directory of its own, without the old one's sessions.
+    (temp / "session_old").mkdir()
+    (home / "ray").unlink()
+    fresh = cluster.ray_temp_dir(home)
+    assert fresh != temp and not list(fresh.iterdir())
+    assert (home / "ray").resolve() == fresh.resolve()
+    for made in (temp / "session_old", temp, fresh):
+        made.rmdir()
 
 
 def test_tune_no_longer_copies_credentials_into_trial_runtime_envs(monkeypatch):
