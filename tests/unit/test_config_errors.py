@@ -1,6 +1,6 @@
-"""Issue 5, case 8: bad configuration, beyond tests/unit/test_config.py (negative lr, batch_size
-0, grace_period > max_t, unknown model kind, more workers than local CPUs, relative storage
-root): refused with the key and what is allowed, before anything starts."""
+"""Bad configuration the cluster or the CLI must refuse (issue 5, case 8): workers or GPUs a
+cluster cannot host, credentials in the storage endpoint, and the CLI refusing a bad config with
+the key and what is allowed, before anything starts. Schema rules: tests/unit/test_config.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Issue 5, case 7: bad data the preprocess stage must refuse, beyond tests/integration/
-test_preprocess.py (missing label, string feature, NaN labels, small class, empty parquet,
-truncated/corrupt parquet among good files, ragged CSV row). Same contract: one
-DataValidationError naming the column or file and the fix, and nothing written as complete."""
+"""Bad data the preprocess stage must refuse (issue 5, case 7): missing label, string feature,
+NaN labels, a small class, an empty parquet, a truncated or corrupt parquet among good files, a
+ragged CSV row. One DataValidationError naming the column or file and the fix, and nothing
+written as complete. The stage's own tests: tests/integration/test_preprocess.py."""
 
 from __future__ import annotations
 
