@@ -68,7 +68,7 @@ def labels_array(classes: list[Any]) -> np.ndarray:
     return np.asarray(classes, dtype=object)
 
 
-class TrainflowClassifier(mlflow.pyfunc.PythonModel):
+class TrainflowModel(mlflow.pyfunc.PythonModel):
     """A trainflow model as an MLflow pyfunc: a classifier, or a regression (``spec.task``)."""
 
     def load_context(self, context) -> None:
@@ -133,3 +133,9 @@ class TrainflowClassifier(mlflow.pyfunc.PythonModel):
 def class_columns(classes: list[Any]) -> list[str]:
     """One output column per class, named after it."""
     return [str(c) for c in classes]
+
+
+#: The class's name before it served regressions too. A model registered then imports it by that
+#: name, and in a process that loaded a newer model first it gets this module (Python keeps the
+#: first ``trainflow_pyfunc`` it imported).
+TrainflowClassifier = TrainflowModel
