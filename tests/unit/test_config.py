@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from training.config import BUILTIN_DIGITS, DIGITS_IMAGE_SHAPE, PipelineConfig
+from training.config import (
+    BUILTIN_DIGITS,
+    DIGITS_IMAGE_SHAPE,
+    PipelineConfig,
+    registered_model_name,
+)
 from training.errors import ConfigError, TrainflowError
 from training.overrides import load_config, parse_override
 
@@ -80,6 +85,31 @@ def test_default_yaml_comments_show_the_real_defaults():
         assert yaml.safe_load(shown) == flat[key], f"default.yaml shows {key}: {shown}"
         checked += 1
     assert checked > 30
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        (BUILTIN_DIGITS, "digits"),
+        ("builtin:diabetes", "diabetes"),
+        ("/data/penguins.parquet", "penguins"),
+        ("s3://b/claims/", "claims"),
+        ("s3://b/claims", "claims"),
+        ("data/claims 2024.csv.gz", "claims-2024"),
+        ("s3://b/sensors/*.parquet", "sensors"),
+        ("/data/(x)/", "x"),
+    ],
+)
+def test_the_registered_model_is_named_after_the_data(source, name):
+    assert load_config(None, [f"data.source={source}"]).mlflow.registered_model is None
+    assert registered_model_name(load_config(None, [f"data.source={source}"])) == name
+    assert registered_model_name(load_config()) == "digits"  # the default data
+
+
+def test_a_registered_model_name_that_is_set_wins():
+    config = load_config(None, ["data.source=/data/penguins.parquet", "mlflow.registered_model=m"])
+    assert registered_model_name(config) == "m"
+    assert registered_model_name(load_config(SMOKE_YAML)) == "digits-smoke"
 
 
 def test_smoke_yaml_is_seconds_scale():
@@ -436,7 +466,7 @@ def test_flat_keys_are_dotted():
     assert flat["train.lr"] == pytest.approx(3e-3)
     assert flat["sweep.asha.max_t"] == 10
     assert flat["data.split.val"] == pytest.approx(0.15)
-    assert flat["mlflow.registered_model"] == "digits-classifier"
+    assert flat["mlflow.registered_model"] is None  # named after the data: see below
     assert not any(isinstance(value, dict) and value for value in flat.values())
 
 

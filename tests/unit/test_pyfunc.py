@@ -266,3 +266,11 @@ def test_a_scoring_actor_holds_a_gpu_only_with_use_gpu(tabular, monkeypatch):
     assert PyfuncPredictor(files).model.unwrap_python_model().device.type == "cpu"
     on_meta = PyfuncPredictor(files, device="meta").model.unwrap_python_model()
     assert on_meta.device.type == "meta"
+
+
+def test_models_registered_under_the_old_class_name_still_load():
+    """A model registered before the rename imports ``TrainflowClassifier`` from whichever
+    ``trainflow_pyfunc`` the process imported first: that name is the one class."""
+    from training.model.trainflow_pyfunc import model
+
+    assert model.TrainflowClassifier is model.TrainflowModel

@@ -1,19 +1,24 @@
-"""Row-level pieces shared by preprocessing and prediction: raw rows -> a feature matrix,
-each row's seeded hash (its identity and split), normalised features and class indices."""
+"""Row-level pieces of preprocessing: each row's seeded hash (its identity and split), and the
+raw rows -> tensors transform applied in Ray Data. The transform itself is the registered model's
+(``trainflow_pyfunc.transform``): the network is trained and served on the same numbers; here it
+gets training's error type and training's wording for a missing column."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import math
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from training.config import SplitConfig
-from training.data.columns import BATCH, not_numeric, ragged, require_columns
+from training.data.columns import BATCH, require_columns
 from training.errors import DataValidationError
 from training.manifest import FEATURES, LABEL, SAMPLE_ID, FeatureSpec
+from training.model.trainflow_pyfunc import transform
+from training.model.trainflow_pyfunc.transform import TransformError
 
 #: The column of the written rows that names their split (a partition directory once written).
 SPLIT = "split"
@@ -33,54 +38,24 @@ def _keyed_mix(hashes: np.ndarray, key: str) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def _matrix_from_column(series: pd.Series, column: str) -> np.ndarray:
-    """An image column (arrow lists, a tensor column or numpy arrays) -> float64 [n, width]."""
-    n = len(series)
-    if isinstance(series.dtype, pd.ArrowDtype):
-        arr = pa.array(series.array)
-        arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-        if arr.null_count:
-            raise DataValidationError(
-                f"column {column!r} has {arr.null_count} empty rows; drop or fill them"
-            )
-        if pa.types.is_fixed_size_list(arr.type):
-            flat = arr.flatten().to_numpy(zero_copy_only=False)
-            return flat.astype(np.float64).reshape(n, arr.type.list_size)
-        if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
-            import pyarrow.compute as pc
-
-            lengths = set(pc.list_value_length(arr).to_pylist())
-            if len(lengths) > 1:
-                raise ragged(column, lengths)
-            width = lengths.pop() if lengths else 0
-            flat = arr.flatten().to_numpy(zero_copy_only=False)
-            return flat.astype(np.float64).reshape(n, width)
-    values = series.to_numpy()
-    if values.dtype != object and values.ndim >= 2:  # a tensor extension column
-        return values.reshape(n, -1).astype(np.float64)
-    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values):
-        raise DataValidationError(f"column {column!r} has empty rows; drop or fill them")
-    rows = [np.asarray(v, dtype=np.float64).ravel() for v in values]
-    lengths = {len(r) for r in rows}
-    if len(lengths) > 1:
-        raise ragged(column, lengths)
-    return np.stack(rows) if rows else np.zeros((0, 0))
+@contextlib.contextmanager
+def _as_data_errors() -> Iterator[None]:
+    """The shared transform's refusal, as training's error (one message, naming the column)."""
+    try:
+        yield
+    except TransformError as exc:
+        raise DataValidationError(str(exc)) from None
 
 
 def feature_matrix(
     batch: pd.DataFrame, feature_columns: list[str] | None, image_column: str | None
 ) -> np.ndarray:
-    """Raw rows -> float64 [n, width], before normalisation."""
+    """Raw rows -> float64 [n, width], before normalisation (the shipped transform's)."""
     wanted = [] if image_column else list(feature_columns or [])
     require_columns(BATCH, batch.columns, image=image_column, features=wanted)
-    if image_column:
-        return _matrix_from_column(batch[image_column], image_column)
-    try:
-        return batch[wanted].to_numpy(dtype=np.float64, na_value=np.nan)
-    except (TypeError, ValueError):
-        # Checked only on failure: an object column of numbers (decimals) converts fine.
-        bad = [c for c in wanted if not pd.api.types.is_numeric_dtype(batch[c])]
-        raise not_numeric(BATCH, {c: str(batch[c].dtype) for c in bad}) from None
+    columns = {"feature_columns": feature_columns, "image_column": image_column}
+    with _as_data_errors():
+        return transform.raw_matrix(batch, columns)
 
 
 def _hashable_labels(labels: pd.Series) -> np.ndarray:
@@ -140,67 +115,49 @@ def labels_of(batch: pd.DataFrame, column: str) -> pd.Series:
     return batch[column]
 
 
+def _require(batch: pd.DataFrame, spec: FeatureSpec, with_labels: bool) -> None:
+    """Training's wording for a missing column (it names the setting to fix)."""
+    label = spec.label_column if with_labels else None
+    features = [] if spec.image_column else list(spec.feature_columns or [])
+    require_columns(BATCH, batch.columns, label=label, image=spec.image_column, features=features)
+
+
 def transform_batch(
     batch: pd.DataFrame, spec: FeatureSpec, with_labels: bool
 ) -> dict[str, np.ndarray]:
     """Raw rows -> {"features": float32 [n, num_features], "label": int64 [n]} (label optional;
-    a regression's label is float32, normalised by the train split's label mean and std)."""
-    raw = feature_matrix(batch, spec.feature_columns, spec.image_column)
-    if len(raw) == 0:  # an empty block: an image column cannot tell its width
-        raw = raw.reshape(0, spec.num_features)
-    if raw.shape[1] != spec.num_features:
-        raise DataValidationError(
-            f"the rows give {raw.shape[1]} feature values but the model expects "
-            f"{spec.num_features} (input_shape {spec.input_shape}); use data shaped like the "
-            "training data"
-        )
-    mean = np.asarray(spec.mean, dtype=np.float64)
-    std = np.asarray(spec.std, dtype=np.float64)
-    out = {"features": ((raw - mean) / std).astype(np.float32)}
-    if with_labels and spec.is_regression:
-        labels = labels_of(batch, spec.label_column).to_numpy(dtype=np.float64, na_value=np.nan)
-        out["label"] = normalise_labels(labels, spec).astype(np.float32)
-    elif with_labels:
-        labels = labels_of(batch, spec.label_column)
-        codes = pd.Index(spec.classes).get_indexer(labels)
-        if (codes < 0).any():
-            unknown = sorted({str(v) for v in labels[codes < 0]})
-            raise DataValidationError(
-                f"label column {spec.label_column!r} holds {int((codes < 0).sum())} rows with "
-                f"values the model does not know ({unknown[:5]}); known classes: "
-                f"{spec.classes[:20]}. Drop those rows or retrain with them"
-            )
-        out["label"] = codes.astype(np.int64)
-    return out
+    a regression's label is float32, normalised by the train split's label mean and std): the
+    transform the registered model applies."""
+    _require(batch, spec, with_labels)
+    with _as_data_errors():
+        return transform.transform(batch, spec.to_dict(), with_labels)
 
 
 def normalise_labels(labels: np.ndarray, spec: FeatureSpec) -> np.ndarray:
     """A regression's labels in the unit the model learns: minus the train mean, over its std."""
-    return (np.asarray(labels, dtype=np.float64) - spec.label_mean) / spec.label_std
+    return transform.label_units(labels, spec.to_dict())
 
 
 def denormalise_labels(values: np.ndarray, spec: FeatureSpec) -> np.ndarray:
     """The inverse of :func:`normalise_labels`: model outputs back in the label's own unit."""
-    return np.asarray(values, dtype=np.float64) * spec.label_std + spec.label_mean
+    return transform.label_values(values, spec.to_dict())
 
 
 def output_rows(batch: pd.DataFrame, spec: FeatureSpec, split: SplitConfig) -> pa.Table:
     """Raw rows -> the rows preprocessing writes: features, label, sample_id and split."""
-    hashes = row_hashes(
-        batch,
-        label_column=spec.label_column,
-        feature_columns=spec.feature_columns,
-        image_column=spec.image_column,
-        seed=split.seed,
-    )
-    out = transform_batch(batch, spec, with_labels=True)
-    features = out["features"]
+    _require(batch, spec, with_labels=True)
+    plain, labels = spec.to_dict(), batch[spec.label_column]
+    with _as_data_errors():  # transform_batch's steps, keeping the matrix the hashes are taken of
+        raw = transform.raw_matrix(batch, plain)
+        out = transform.tensors(raw, labels, plain)
+    hashes = hash_rows(raw, labels, split.seed)
     # A plain fixed-size list (not Ray's tensor type) so pyarrow alone can read the files back.
-    vectors = pa.FixedSizeListArray.from_arrays(pa.array(features.ravel()), spec.num_features)
+    features = out[transform.FEATURES].ravel()
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(features), spec.num_features)
     return pa.table(
         {
             FEATURES: vectors,
-            LABEL: out["label"],
+            LABEL: out[transform.LABEL],
             SAMPLE_ID: hashes.view(np.int64),
             SPLIT: assign_splits(hashes, split),
         }

@@ -1,7 +1,7 @@
 """The champion as an MLflow pyfunc: built from a trainflow state, saved, moved and loaded.
 
 The model is logged as code: a three-line entry script that sets
-``trainflow_pyfunc.model.TrainflowClassifier`` as the model, the package itself as
+``trainflow_pyfunc.model.TrainflowModel`` as the model, the package itself as
 ``code_paths`` (torch, numpy, pandas, mlflow only), and our state file as its one artifact.
 Nothing is pickled, so the model loads where trainflow is not installed.
 
@@ -36,15 +36,15 @@ CODE_DIR = Path(trainflow_pyfunc.__file__).parent
 #: The state file's name inside the model (``artifacts/state.pt``).
 STATE_FILE_IN_MODEL = "artifacts/state.pt"
 EXAMPLE_ROWS = 5
-_ENTRY = '''"""trainflow's classifier, logged as code (see trainflow_pyfunc.model)."""
+_ENTRY = '''"""trainflow's model, logged as code (see trainflow_pyfunc.model)."""
 import mlflow
 
 try:  # the copy shipped with the model (its code_paths)
-    from trainflow_pyfunc.model import TrainflowClassifier
+    from trainflow_pyfunc.model import TrainflowModel
 except ModuleNotFoundError:  # only while trainflow saves the model
-    from training.model.trainflow_pyfunc.model import TrainflowClassifier
+    from training.model.trainflow_pyfunc.model import TrainflowModel
 
-mlflow.models.set_model(TrainflowClassifier())
+mlflow.models.set_model(TrainflowModel())
 '''
 
 

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from training.config import registered_model_name
 from training.errors import ModelNotFoundError, one_line
 from training.secrets import redact
 from training.tracking import gate, pyfunc, ui
@@ -55,7 +56,7 @@ def log_and_register_model(
     import mlflow.pyfunc
     import torch
 
-    name = tracker.config.mlflow.registered_model
+    name = registered_model_name(tracker.config)
     existing = version_of_run(tracker, name, run_id) if reuse_existing else None
     if existing is not None:
         log.info(
@@ -110,7 +111,7 @@ def version_of_run(tracker: Tracker, name: str, run_id: str):
 
 def describe_model(tracker: Tracker, description: str, version: str | None = None) -> None:
     """Set the description of the registered model, or of one of its versions."""
-    name = tracker.config.mlflow.registered_model
+    name = registered_model_name(tracker.config)
     if version is None:
         tracker.client.update_registered_model(name, description=description)
     else:
@@ -135,7 +136,7 @@ def download_model(tracker: Tracker, model_uri: str, dst_path: str | None = None
         raise ModelNotFoundError(
             f"model {model_uri!r} was not found in the MLflow store {redact(uri)} ({reason}); "
             f"see the registered models in the MLflow UI (`{ui.command(tracker)}`) or use "
-            f"models:/{tracker.config.mlflow.registered_model}@{CHAMPION}"
+            f"models:/{registered_model_name(tracker.config)}@{CHAMPION}"
         ) from None
     return Path(local)
 
@@ -163,7 +164,7 @@ def promote(tracker: Tracker, version: str, challenger_value: float) -> dict[str
     """Alias ``challenger`` to ``version``; move ``champion`` to it only if it wins the gate
     (:func:`training.tracking.gate.decide`, on ``mlflow.gate``'s metric and min_delta)."""
     client = tracker.client
-    name = tracker.config.mlflow.registered_model
+    name = registered_model_name(tracker.config)
     metric, min_delta = tracker.config.mlflow.gate.metric, tracker.config.mlflow.gate.min_delta
     version, challenger_value = str(version), float(challenger_value)
     # Read the champion, compare and move the aliases as one step: two runs promoting at

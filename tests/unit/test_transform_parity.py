@@ -1,0 +1,215 @@
+"""Train/serve parity: the same raw rows through the training path (``output_rows`` and
+``transform_batch``, the functions preprocessing maps over Ray Data batches) and through the
+registered model (MLflow's pyfunc, the tensor handed to its network) give identical tensors.
+
+Tables: numbers of mixed widths with a constant column (its std is 0); an image column as Arrow
+fixed-size lists, as Arrow variable-length lists and as numpy arrays; a regression's label."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import torch
+
+from training.config import SplitConfig
+from training.data.rows import output_rows, transform_batch
+from training.manifest import FEATURES, LABEL, FeatureSpec
+from training.model.trainflow_pyfunc.networks import build_network
+
+MLP = {"kind": "mlp", "hidden_sizes": [8], "dropout": 0.0, "channels": [4], "cnn_hidden": 8}
+CNN = {"kind": "cnn", "hidden_sizes": [8], "dropout": 0.0, "channels": [4], "cnn_hidden": 8}
+ROWS = 48
+
+
+def _saved(spec: dict, model_config: dict, frame: pd.DataFrame, tmp_path) -> str:
+    """The model directory as trainflow saves it (untrained weights: only its input matters)."""
+    from training.tracking import pyfunc
+
+    torch.manual_seed(0)
+    outputs = 1 if spec.get("task") == "regression" else len(spec["classes"])
+    network = build_network(model_config, spec["input_shape"], outputs, spec.get("task"))
+    state = {"model": network.state_dict(), "spec": spec, "model_config": model_config}
+    example = frame.drop(columns=[spec["label_column"]]).head(4)
+    return pyfunc.save(state, str(tmp_path / "model"), example)
+
+
+def _served(spec: dict, model_config: dict, frame: pd.DataFrame, tmp_path):
+    """The model as MLflow loads it."""
+    import mlflow.pyfunc
+
+    return mlflow.pyfunc.load_model(_saved(spec, model_config, frame, tmp_path))
+
+
+def _network_input(model, rows, score=None) -> np.ndarray:
+    """What the served model hands its network for these raw rows (``score``: how they are
+    scored; MLflow's ``predict`` by default)."""
+    seen = []
+    python_model = model.unwrap_python_model()
+    hook = python_model.network.register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    try:
+        (score or model.predict)(rows)
+    finally:
+        hook.remove()
+    (features,) = seen
+    return features.cpu().numpy()
+
+
+def _trained_on(spec: FeatureSpec, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """What training feeds the network: the written rows' features and labels, which must be
+    what ``transform_batch`` gives too."""
+    written = output_rows(frame, spec, SplitConfig())
+    features = np.stack(written[FEATURES].to_numpy(zero_copy_only=False)).astype(np.float32)
+    labels = written[LABEL].to_numpy()
+    direct = transform_batch(frame, spec, with_labels=True)
+    np.testing.assert_array_equal(direct["features"], features)
+    np.testing.assert_array_equal(direct["label"], labels)
+    return {"features": features, "label": labels}
+
+
+def _assert_same(served: np.ndarray, trained: np.ndarray) -> None:
+    assert served.dtype == trained.dtype == np.float32
+    assert served.shape == trained.shape
+    np.testing.assert_array_equal(served, trained)
+
+
+def test_a_numeric_table_gives_the_network_the_same_tensor(tmp_path):
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {
+            "count": rng.integers(0, 9, ROWS).astype(np.int32),
+            "mass kg": rng.normal(50, 9, ROWS),
+            "ratio": rng.random(ROWS).astype(np.float32),
+            "constant": np.full(ROWS, 3.0),
+            "species": rng.choice(["cat", "dog"], ROWS),
+        }
+    )
+    columns = ["count", "mass kg", "ratio", "constant"]
+    raw = frame[columns].to_numpy(np.float64)
+    spec = {
+        "label_column": "species",
+        "classes": ["cat", "dog"],
+        "input_shape": [len(columns)],
+        "mean": raw.mean(axis=0).tolist(),
+        "std": raw.std(axis=0).tolist(),  # the constant column's is 0
+        "feature_columns": columns,
+        "image_column": None,
+    }
+    assert 0.0 in spec["std"]
+    trained = _trained_on(FeatureSpec.from_dict(spec), frame)
+    model = _served(spec, MLP, frame, tmp_path)
+    _assert_same(_network_input(model, frame.drop(columns=["species"])), trained["features"])
+    assert np.isfinite(trained["features"]).all()
+
+
+def _images() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 3, ROWS)
+    pixels = np.clip(rng.normal(40 + 60 * labels[:, None], 25, (ROWS, 16)), 0, 255)
+    return pixels.astype(np.uint8), labels
+
+
+def _image_table(pixels: np.ndarray, labels: np.ndarray, layout: str) -> pa.Table | pd.DataFrame:
+    """The image rows as a file holds them: an Arrow table, or a frame of numpy arrays."""
+    if layout == "numpy arrays":
+        column = pd.Series(list(pixels), dtype=object)  # as read_parquet reads lists
+        return pd.DataFrame({"image": column, "digit": labels})
+    if layout == "arrow fixed-size lists":
+        arrow = pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel()), 16)
+    else:
+        arrow = pa.array([list(map(int, row)) for row in pixels], pa.list_(pa.int16()))
+    return pa.table({"image": arrow, "digit": pa.array(labels)})
+
+
+def _as_ray_hands_it(rows: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    """A pandas batch as Ray Data hands one to a UDF: Arrow columns stay Arrow (ArrowDtype)."""
+    return rows if isinstance(rows, pd.DataFrame) else rows.to_pandas(types_mapper=pd.ArrowDtype)
+
+
+@pytest.fixture(scope="module")
+def image_model(tmp_path_factory):
+    pixels, labels = _images()
+    flat = pixels.astype(np.float64)
+    spec = {
+        "label_column": "digit",
+        "classes": [0, 1, 2],
+        "input_shape": [1, 4, 4],
+        "mean": flat.mean(axis=0).tolist(),
+        "std": flat.std(axis=0).tolist(),
+        "feature_columns": None,
+        "image_column": "image",
+    }
+    frame = _image_table(pixels, labels, "numpy arrays")
+    return spec, _saved(spec, CNN, frame, tmp_path_factory.mktemp("image"))
+
+
+def _without(rows: pa.Table | pd.DataFrame, column: str) -> pa.Table | pd.DataFrame:
+    return (
+        rows.drop(columns=[column]) if isinstance(rows, pd.DataFrame) else rows.drop_columns(column)
+    )
+
+
+@pytest.mark.parametrize(
+    "layout", ["arrow fixed-size lists", "arrow variable lists", "numpy arrays"]
+)
+def test_an_image_column_gives_the_network_the_same_tensor(image_model, layout):
+    from training.inference.predictor import PyfuncPredictor
+    from training.tracking import pyfunc
+
+    spec, path = image_model
+    pixels, labels = _images()
+    rows = _image_table(pixels, labels, layout)
+    batch = _as_ray_hands_it(rows)
+    trained = _trained_on(FeatureSpec.from_dict(spec), batch)
+    np.testing.assert_array_equal(trained["label"], labels)
+    # Served by the scoring actor `trainflow predict` and evaluate run, on the rows as read.
+    predictor = PyfuncPredictor(pyfunc.pack(path))
+    served = _network_input(predictor.model, _without(rows, "digit"), predictor)
+    _assert_same(served, trained["features"])
+    # The shipped code itself on the batch as Ray hands it (Arrow columns stay Arrow; MLflow's
+    # signature check, which the actor's own conversion satisfies, would refuse them first).
+    python_model = predictor.model.unwrap_python_model()
+    direct = _network_input(
+        predictor.model, _without(batch, "digit"), lambda f: python_model.predict(None, f)
+    )
+    _assert_same(direct, trained["features"])
+    # Every layout is the same image.
+    as_arrays = _image_table(pixels, labels, "numpy arrays")
+    _assert_same(
+        trained["features"], _trained_on(FeatureSpec.from_dict(spec), as_arrays)["features"]
+    )
+
+
+def test_a_regression_label_goes_out_the_way_it_came_in(tmp_path):
+    """The label training learns, handed back by the served model as its output, is the label."""
+    rng = np.random.default_rng(2)
+    frame = pd.DataFrame({"x1": rng.normal(size=ROWS), "x2": rng.integers(0, 5, ROWS)})
+    frame["price"] = 3.0 * frame["x1"] + frame["x2"] + rng.normal(200, 40, ROWS)
+    raw = frame[["x1", "x2"]].to_numpy(np.float64)
+    spec = {
+        "label_column": "price",
+        "classes": [],
+        "input_shape": [2],
+        "mean": raw.mean(axis=0).tolist(),
+        "std": raw.std(axis=0).tolist(),
+        "feature_columns": ["x1", "x2"],
+        "image_column": None,
+        "task": "regression",
+        "label_mean": float(frame["price"].mean()),
+        "label_std": float(frame["price"].std()),
+    }
+    trained = _trained_on(FeatureSpec.from_dict(spec), frame)
+    assert trained["label"].dtype == np.float32
+    model = _served(spec, MLP, frame, tmp_path)
+    rows = frame.drop(columns=["price"])
+    _assert_same(_network_input(model, rows), trained["features"])
+    # A network that answers exactly training's targets: the served prediction is the label.
+    network = model.unwrap_python_model().network
+    target = torch.from_numpy(trained["label"][:, None].copy())
+    hook = network.register_forward_hook(lambda *_: target)
+    try:
+        predicted = model.predict(rows)["prediction"].to_numpy()
+    finally:
+        hook.remove()
+    np.testing.assert_allclose(predicted, frame["price"].to_numpy(), rtol=1e-6)
