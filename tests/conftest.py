@@ -88,8 +88,8 @@ def isolated_environment():
 @pytest.fixture(scope="session")
 def ray_local():
     """One local Ray instance shared by the integration tests (4 logical CPUs on 2 cores)."""
-    from training.cluster import connect, shutdown
     from training.config import RayConfig
+    from training.platform.cluster import connect, shutdown
 
     resources = connect(RayConfig(num_cpus=4))
     yield resources

@@ -113,7 +113,7 @@ def run(
 def _run_pipeline(config, run_id: str | None) -> RunSummary:
     """Ray and Prefect's temporary server start, each in a thread, while the pipeline is
     imported; then the flow runs."""
-    from training import cluster
+    from training.platform import cluster
 
     # A local Ray instance first (the longest start; the server's constructor imports Prefect's
     # server for ~3 s): the first stage finds it up.
@@ -134,7 +134,7 @@ def _run_flow(config, run_id: str | None, prefect_server: EarlyTemporaryServer) 
     from prefect.exceptions import TerminationSignal
 
     from flows.pipeline import pipeline  # ~12 s of imports while Prefect's server starts
-    from training import signals
+    from training.platform import signals
 
     again = f"; resume with `trainflow run --resume {run_id}`" if run_id else ""
     try:
@@ -205,10 +205,10 @@ def evaluate(
 
     config = _load(config_file, overrides)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
-    from training import cluster
     from training.data.inputs import fingerprint, resolve_inputs
     from training.data.preprocess import preprocess
     from training.inference.evaluate import evaluate_model
+    from training.platform import cluster
     from training.storage import StorageLayout
 
     try:
@@ -254,10 +254,10 @@ def predict(
 
     config = _load(config_file, overrides)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
-    from training import cluster
     from training.config import DataConfig
     from training.data.inputs import input_format, resolve_inputs
     from training.inference.predict import predict_files
+    from training.platform import cluster
 
     try:
         files_of_model, _ = _model_files(config, model)

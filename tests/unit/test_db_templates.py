@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from training import db_templates
+from training.platform import db_templates
 
 
 @pytest.fixture(autouse=True)

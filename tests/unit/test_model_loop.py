@@ -380,9 +380,9 @@ def test_in_memory_splits_give_each_rank_an_equal_disjoint_shard(monkeypatch):
 def test_small_splits_on_one_node_are_handed_over_in_memory_unless_caching_is_off(monkeypatch):
     import ray
 
-    from training import cluster
     from training.data import read
     from training.loop import trainer
+    from training.platform import cluster
 
     manifest = SimpleNamespace(spec=SPEC, rows={"train": 1000, "val": 200})
     monkeypatch.setattr(cluster, "is_single_node", lambda: True)

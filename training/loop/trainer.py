@@ -6,12 +6,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from training import cluster, signals
 from training.config import PipelineConfig
 from training.errors import TrainflowError
 from training.loop.failures import training_error
 from training.loop.loop import loop_config, train_worker
 from training.manifest import Manifest
+from training.platform import cluster, signals
 from training.storage import StorageLayout
 
 # Splits smaller than this are kept in the object store across epochs: re-reading parquet every
