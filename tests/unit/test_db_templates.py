@@ -6,13 +6,13 @@ import sqlite3
 
 import pytest
 
-from training.platform import db_templates
+from training.platform import db_templates, fast_start
 
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv(db_templates.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(fast_start.SWITCH_ENV, raising=False)
     return tmp_path / "cache"
 
 
@@ -65,7 +65,7 @@ def test_the_first_template_stays(tmp_path):
 
 
 def test_switched_off_it_neither_saves_nor_seeds(tmp_path, monkeypatch):
-    monkeypatch.setenv(db_templates.DISABLE_ENV, "0")
+    monkeypatch.setenv(fast_start.SWITCH_ENV, "0")
     db_templates.save(_database(tmp_path / "first.db"), "lib", "1.0")
     assert not db_templates.template_path("lib", "1.0").exists()
 
