@@ -108,9 +108,9 @@ def layout(tmp_path_factory):
 @pytest.fixture(scope="module")
 def manifest(ray_local, layout):
     """The default data, preprocessed once per module into ``layout``."""
+    from training.config.overrides import load_config
     from training.data.inputs import fingerprint, resolve_inputs
     from training.data.preprocess import preprocess
-    from training.overrides import load_config
 
     config = load_config(None)
     files = resolve_inputs(config.data)

@@ -45,7 +45,7 @@ VerboseOption = typer.Option(
 
 
 def _load(config_file: Path | None, overrides: list[str] | None, **extra: Any):
-    from training.overrides import load_config
+    from training.config.overrides import load_config
 
     sets = list(overrides or [])
     sets += [f"{key}={value}" for key, value in extra.items() if value is not None]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from training.config import BUILTIN_DIGITS, DIGITS_IMAGE_SHAPE, PipelineConfig
+from training.config.overrides import load_config, parse_override
 from training.errors import ConfigError, TrainflowError
-from training.overrides import load_config, parse_override
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_YAML = REPO_ROOT / "configs" / "default.yaml"

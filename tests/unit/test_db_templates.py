@@ -83,7 +83,7 @@ def test_a_broken_template_only_means_migrating_in_place(tmp_path):
 def test_a_second_mlflow_home_starts_from_the_first_ones_tables(tmp_path, monkeypatch):
     """The real store: the second home is a copy (no MLflow migration), its experiment is
     created as usual, and its Default experiment keeps artifacts in its own home."""
-    from training.overrides import load_config
+    from training.config.overrides import load_config
     from training.tracking import store
 
     config = load_config(None)

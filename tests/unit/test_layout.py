@@ -27,13 +27,18 @@ RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # Modules that must exist now; other modules are checked as soon as they exist.
 REQUIRED = [
     "training.config",
-    "training.capacity",
-    "training.dotted",
-    "training.overrides",
-    "training.search_space",
+    "training.config.schema",
+    "training.config.capacity",
+    "training.config.dotted",
+    "training.config.overrides",
+    "training.config.search_space",
     "training.errors",
     "training.storage",
+    "training.platform",
     "training.platform.cluster",
+    "training.platform.signals",
+    "training.platform._internal.early_start",
+    "training.platform._internal.patches",
     "training.manifest",
     "training.summary",
     "training.report.plots",
@@ -46,7 +51,7 @@ REQUIRED = [
 # The modules a Ray worker imports: none of them may pull in prefect.
 WORKER_MODULES = [
     "training.config",
-    "training.capacity",
+    "training.config.capacity",
     "training.data.rows",
     "training.data.read",
     "training.data.summary",
@@ -63,16 +68,13 @@ WORKER_MODULES = [
 # The bottom of training/ (modules, or packages with every module in them): they import nothing
 # of ours but each other.
 TRAINING_BOTTOM = {
-    "training.config",
-    "training.capacity",
-    "training.dotted",
-    "training.overrides",
-    "training.search_space",
+    "training.config",  # the package: every module in it
     "training.errors",
     "training.storage",
     "training.metrics",
     "training.platform.secrets",
     "training.platform.probe",
+    "training.platform.fast_start",
 }
 # The one package that may import mlflow (any module under it) ...
 MLFLOW_HOME = "training.tracking"

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from training.config import ModelConfig
+from training.config.overrides import load_config
 from training.errors import TrainingDivergedError, UnsafeCheckpointError
 from training.inference.evaluate import metrics_from_confusion
 from training.loop.checkpoint import load_state, save_state
@@ -18,7 +19,6 @@ from training.loop.loop import loop_config, run_loop
 from training.manifest import FeatureSpec
 from training.model.networks import CNN, MLP, build_model
 from training.model.serving import model_from_state
-from training.overrides import load_config
 
 
 @pytest.mark.parametrize(
