@@ -18,6 +18,7 @@ from training.platform.cluster import (
     shutdown_soon,
     start_early,
     started_local_instance,
+    torch_config,
     worker_resources,
 )
 
@@ -34,5 +35,6 @@ __all__ = [
     "shutdown_soon",
     "start_early",
     "started_local_instance",
+    "torch_config",
     "worker_resources",
 ]

@@ -114,38 +114,7 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
             keep_local_instance_on_loopback(False)
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         else:
-            keep_local_instance_on_loopback(True)
-            dashboard_port = free_port()
-            # Train V2's placement-group cleaner queries the State API from inside the cluster;
-            # without an explicit address it auto-detects, and with two Ray instances on one
-            # machine (two runs at once, a test beside a run) it may ask the wrong one.
-            runtime_env["env_vars"]["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dashboard_port}"
-            runtime_env["env_vars"].update(local_instance_env_vars())
-            with environ_for_local_instance(runtime_env):
-                ray.init(
-                    # "local": always a new instance; with no address Ray would join whatever
-                    # cluster `ray start` last started on this machine.
-                    address="local",
-                    num_cpus=ray_config.num_cpus,
-                    object_store_memory=(
-                        ray_config.object_store_mb * 1024**2 if ray_config.object_store_mb else None
-                    ),
-                    # The dashboard serves the State API that Train V2 uses to clean up placement
-                    # groups of trials stopped by ASHA; without it later trials hang.
-                    include_dashboard=True,
-                    # The dashboard's HTTP API on loopback too (its default is 127.0.0.1 already,
-                    # said here so that a change of default cannot expose it).
-                    dashboard_host="127.0.0.1",
-                    dashboard_port=dashboard_port,
-                    # Sessions (logs, spilled objects) under the trainflow home, not /tmp/ray
-                    # shared by every Ray on the machine: a run's logs are found, and checked,
-                    # in one place.
-                    _temp_dir=str(ray_temp_dir()),
-                    runtime_env=runtime_env,
-                    configure_logging=True,
-                    logging_level=logging.WARNING,
-                    log_to_driver=True,
-                )
+            _start_local_instance(ray_config, runtime_env)
             _started_local_instance = True
         signals.watch()
     except ConnectionError as exc:
@@ -154,6 +123,44 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
             "RAY_ADDRESS, or unset it to use a local instance"
         ) from None
     return ray.cluster_resources()
+
+
+def _start_local_instance(ray_config: RayConfig, runtime_env: dict) -> None:
+    """``ray.init`` of a new local instance: every port on 127.0.0.1, sessions in the home."""
+    import ray
+
+    keep_local_instance_on_loopback(True)
+    dashboard_port = free_port()
+    # Train V2's placement-group cleaner queries the State API from inside the cluster;
+    # without an explicit address it auto-detects, and with two Ray instances on one
+    # machine (two runs at once, a test beside a run) it may ask the wrong one.
+    runtime_env["env_vars"]["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dashboard_port}"
+    runtime_env["env_vars"].update(local_instance_env_vars())
+    with environ_for_local_instance(runtime_env):
+        ray.init(
+            # "local": always a new instance; with no address Ray would join whatever
+            # cluster `ray start` last started on this machine.
+            address="local",
+            num_cpus=ray_config.num_cpus,
+            object_store_memory=(
+                ray_config.object_store_mb * 1024**2 if ray_config.object_store_mb else None
+            ),
+            # The dashboard serves the State API that Train V2 uses to clean up placement
+            # groups of trials stopped by ASHA; without it later trials hang.
+            include_dashboard=True,
+            # The dashboard's HTTP API on loopback too (its default is 127.0.0.1 already,
+            # said here so that a change of default cannot expose it).
+            dashboard_host="127.0.0.1",
+            dashboard_port=dashboard_port,
+            # Sessions (logs, spilled objects) under the trainflow home, not /tmp/ray
+            # shared by every Ray on the machine: a run's logs are found, and checked,
+            # in one place.
+            _temp_dir=str(ray_temp_dir()),
+            runtime_env=runtime_env,
+            configure_logging=True,
+            logging_level=logging.WARNING,
+            log_to_driver=True,
+        )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -213,6 +220,15 @@ def shutdown() -> None:
     if ray.is_initialized():
         ray.shutdown()
     _early.end()
+
+
+def torch_config(backend: str | None, timeout_s: int):
+    """Ray Train's TorchConfig for every TorchTrainer of ours: rank 0's rendezvous store listens
+    on 127.0.0.1 when the master address is loopback (a local instance); on a cluster it keeps
+    the node address, as torch does."""
+    from training.platform._internal.loopback_store import LoopbackStoreTorchConfig
+
+    return LoopbackStoreTorchConfig(backend=backend, timeout_s=timeout_s)
 
 
 def worker_resources(train) -> dict[str, float]:
