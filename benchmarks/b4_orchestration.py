@@ -323,7 +323,7 @@ def _trainflow(home: Path, *args: str, timeout_s: float = 300) -> None:
 @contextlib.contextmanager
 def running_stack(ctx: Context):
     """``trainflow up`` in a home of its own, on free ports; ``trainflow down`` after."""
-    from training.cluster import free_port
+    from training.platform.cluster import free_port
 
     home = ctx.scratch("flow-stack")
     _trainflow(home, "up", "--prefect-port", str(free_port()), "--mlflow-port", str(free_port()))

@@ -58,16 +58,16 @@ def configure_process(home: Path) -> None:
     from trainflow.env import prepare_environment
 
     prepare_environment()
-    from training.cluster import ray_env
+    from training.platform.cluster import ray_env
 
     for key, value in ray_env().items():
         os.environ.setdefault(key, value)
 
 
 def start_ray(num_cpus: int = 4) -> dict[str, float]:
-    """The local Ray instance the pipeline would start (``training.cluster.connect``)."""
-    from training.cluster import connect
+    """The local Ray instance the pipeline would start (``training.platform.cluster.connect``)."""
     from training.config import RayConfig
+    from training.platform.cluster import connect
 
     started = time.perf_counter()
     resources = connect(RayConfig(num_cpus=num_cpus))
@@ -77,7 +77,7 @@ def start_ray(num_cpus: int = 4) -> dict[str, float]:
 
 
 def stop_ray() -> None:
-    from training.cluster import shutdown
+    from training.platform.cluster import shutdown
 
     shutdown()
 

@@ -64,8 +64,8 @@ def instrument(spans: dict) -> list[str]:
     prepare_environment()  # what `trainflow run` does before prefect is imported
     import flows.pipeline as pipeline_module
     import tasks.stages as stages
-    from training import cluster
     from training.data import preprocess as preprocessing
+    from training.platform import cluster
     from training.tracking import registry, runs, store
 
     missing: list[str] = []

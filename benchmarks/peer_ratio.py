@@ -54,8 +54,11 @@ def _peer(peer: Path) -> dict:
     return {"wall_s": round(wall, 2), "test_accuracy": float(found[1]) if found else None}
 
 
-def _trainflow(**env: str) -> dict:
+def _trainflow(cold_cache: bool = False) -> dict:
+    """One ``trainflow run`` in a fresh home; ``cold_cache``: with an empty user cache too, as
+    the first run on a machine (no database templates yet: MLflow and Prefect migrate)."""
     with tempfile.TemporaryDirectory(prefix="trainflow-") as tmp:
+        env = {"XDG_CACHE_HOME": str(Path(tmp) / "cache")} if cold_cache else {}
         summary = Path(tmp) / "summary.json"
         cli = Path(sys.executable).with_name("trainflow")
         wall, _ = _timed([str(cli), "run", "--summary-json", str(summary)], Path(tmp), **env)
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--cold-db",
         action="store_true",
-        help="add a third arm: trainflow with TRAINFLOW_DB_TEMPLATES=0, as the first run on a "
+        help="add a third arm: trainflow with an empty user cache, as the first run on a "
         "machine (MLflow and Prefect migrate their databases in the fresh home)",
     )
     args = parser.parse_args(argv)
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     for rep in range(args.reps):
         pair = {"peer": _peer(args.peer), "trainflow": _trainflow()}
         if args.cold_db:
-            pair["trainflow_cold_db"] = _trainflow(TRAINFLOW_DB_TEMPLATES="0")
+            pair["trainflow_cold_db"] = _trainflow(cold_cache=True)
         reps.append(pair)
         walls = ", ".join(f"{arm} {run['wall_s']} s" for arm, run in pair.items())
         print(f"rep {rep + 1}: {walls}", flush=True)

@@ -78,7 +78,7 @@ def spec(name: str) -> DeploymentSpec:
 
 def spec_parameters(item: DeploymentSpec) -> dict[str, Any]:
     """The deployment's parameters: its YAML file validated against the config schema."""
-    from training.overrides import load_config
+    from training.config.overrides import load_config
 
     config = load_config(REPO_ROOT / item.config_file)
     return {"config": config.model_dump(mode="json")}

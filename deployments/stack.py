@@ -26,7 +26,7 @@ from deployments.stack_state import (
     state_path,
     write_state,
 )
-from training.probe import health_url, http_problem
+from training.platform.probe import health_url, http_problem
 from training.storage import trainflow_home
 
 HOST = "127.0.0.1"

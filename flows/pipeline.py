@@ -13,11 +13,12 @@ from prefect.exceptions import ExternalSignal
 
 from flows import quiet_errors
 from tasks import stages
-from training import cluster, progress, signals
+from training import progress
 from training.config import PipelineConfig
+from training.platform import cluster, signals
+from training.platform.secrets import redact
 from training.report.html import report_html, report_plots
 from training.report.markdown import report_markdown, summary_markdown
-from training.secrets import redact
 from training.storage import StorageLayout, exists, join
 from training.summary import DataSummary, MlflowSummary, ModelSummary, RunSummary
 from training.tracking import store, ui

@@ -11,7 +11,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.policy import STAGE_TASK_OPTIONS
-from training import cluster, progress
+from training import progress
 from training.config import PipelineConfig
 from training.data import inputs
 from training.data import preprocess as preprocessing
@@ -19,6 +19,7 @@ from training.inference.evaluate import EvalResult, evaluate_state, raw_rows
 from training.loop.trainer import TrainOutcome, train_final
 from training.manifest import Manifest
 from training.model import factory, preflight
+from training.platform import cluster
 from training.report.plots import evaluation_plots, learning_curves_png, regression_plots
 from training.report.sweep_plots import sweep_plots
 from training.report.trials import TrialRow, sweep_saving, trial_rows

@@ -88,8 +88,8 @@ def isolated_environment():
 @pytest.fixture(scope="session")
 def ray_local():
     """One local Ray instance shared by the integration tests (4 logical CPUs on 2 cores)."""
-    from training.cluster import connect, shutdown
     from training.config import RayConfig
+    from training.platform.cluster import connect, shutdown
 
     resources = connect(RayConfig(num_cpus=4))
     yield resources
@@ -108,9 +108,9 @@ def layout(tmp_path_factory):
 @pytest.fixture(scope="module")
 def manifest(ray_local, layout):
     """The default data, preprocessed once per module into ``layout``."""
+    from training.config.overrides import load_config
     from training.data.inputs import fingerprint, resolve_inputs
     from training.data.preprocess import preprocess
-    from training.overrides import load_config
 
     config = load_config(None)
     files = resolve_inputs(config.data)

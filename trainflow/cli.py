@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from trainflow import stack_commands
+from trainflow import stack_commands, startup
 from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
-from trainflow.prefect_server import EarlyTemporaryServer
 from trainflow.progress_view import ProgressView
 from trainflow.render import summary_lines
 from trainflow.runlog import CommandLog
 from training.errors import ConfigError, TrainflowError
 
 if TYPE_CHECKING:
+    from trainflow.prefect_server import EarlyTemporaryServer
     from training.summary import RunSummary
 
 app = typer.Typer(
@@ -45,7 +45,7 @@ VerboseOption = typer.Option(
 
 
 def _load(config_file: Path | None, overrides: list[str] | None, **extra: Any):
-    from training.overrides import load_config
+    from training.config.overrides import load_config
 
     sets = list(overrides or [])
     sets += [f"{key}={value}" for key, value in extra.items() if value is not None]
@@ -112,8 +112,8 @@ def run(
 
 def _run_pipeline(config, run_id: str | None) -> RunSummary:
     """Ray and Prefect's temporary server start, each in a thread, while the pipeline is
-    imported; then the flow runs."""
-    from training import cluster
+    imported (trainflow/startup.py); then the flow runs."""
+    from training.platform import cluster
 
     # A local Ray instance first (the longest start; the server's constructor imports Prefect's
     # server for ~3 s): the first stage finds it up.
@@ -122,23 +122,26 @@ def _run_pipeline(config, run_id: str | None) -> RunSummary:
         from training.model.factory import ship_paths
 
         ship = ship_paths(config.model)
-    cluster.start_early(config.ray, ship)
+    startup.start_ray_early(config.ray, ship)
     try:
-        return _run_flow(config, run_id, EarlyTemporaryServer())
+        return _run_flow(config, run_id, startup.start_prefect_early())
     finally:
         cluster.shutdown()  # the flow stops Ray itself; not if it failed before its body ran
 
 
-def _run_flow(config, run_id: str | None, prefect_server: EarlyTemporaryServer) -> RunSummary:
+def _run_flow(
+    config, run_id: str | None, prefect_server: EarlyTemporaryServer | None
+) -> RunSummary:
     """The flow, with Ctrl-C and SIGTERM reported as such (exit 130 / 143)."""
     from prefect.exceptions import TerminationSignal
 
     from flows.pipeline import pipeline  # ~12 s of imports while Prefect's server starts
-    from training import signals
+    from training.platform import signals
 
     again = f"; resume with `trainflow run --resume {run_id}`" if run_id else ""
     try:
-        prefect_server.wait()
+        if prefect_server is not None:
+            prefect_server.wait()
         return pipeline(config=config, run_id=run_id)
     except TrainflowError:
         raise  # reported by the app's error handler, even after a signal
@@ -205,10 +208,10 @@ def evaluate(
 
     config = _load(config_file, overrides)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
-    from training import cluster
     from training.data.inputs import fingerprint, resolve_inputs
     from training.data.preprocess import preprocess
     from training.inference.evaluate import evaluate_model
+    from training.platform import cluster
     from training.storage import StorageLayout
 
     try:
@@ -254,10 +257,10 @@ def predict(
 
     config = _load(config_file, overrides)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
-    from training import cluster
     from training.config import DataConfig
     from training.data.inputs import input_format, resolve_inputs
     from training.inference.predict import predict_files
+    from training.platform import cluster
 
     try:
         files_of_model, _ = _model_files(config, model)
@@ -314,29 +317,13 @@ app.command()(stack_commands.deploy)
 
 
 def main() -> None:  # pragma: no cover - the `trainflow` command and `python -m trainflow`
-    """The app, then a prompt exit.
-
-    After a run, the interpreter's own teardown (freeing torch, Ray's core worker, gRPC
-    channels, thousands of modules) took 5–8 s with nothing left to do. Everything the
-    interpreter runs on its way out still runs, in its order: threading's exit hooks and the
-    join of non-daemon threads (Prefect drains its log and event queues there), then the
-    atexit handlers (Prefect's temporary server stops, logging flushes). Only the teardown of
-    the modules' memory is skipped.
-    """
-    import atexit
-    import os
-    import threading
-
+    """The app, then a prompt exit (trainflow/startup.py)."""
     try:
         app(prog_name="trainflow")
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    threading._shutdown()  # what Py_FinalizeEx calls first
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    startup.exit_promptly(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -135,7 +135,7 @@ def compare(
     ),
 ) -> None:
     """Compare a sweep's trials from MLflow: params, best val metric, epochs, fate; best first."""
-    from training.overrides import load_config
+    from training.config.overrides import load_config
     from training.tracking import store, sweep_runs
 
     config = load_config(config_file, list(overrides or []))

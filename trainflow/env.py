@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from training.errors import ServiceUnreachableError
-from training.probe import health_url, http_problem
+from training.platform.probe import health_url, http_problem
 from training.storage import trainflow_home
 
 PREFECT_API_ENV = "PREFECT_API_URL"

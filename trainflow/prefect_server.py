@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from training import db_templates
+from training.platform import db_templates
 
 logger = logging.getLogger(__name__)
 

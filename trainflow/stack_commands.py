@@ -202,7 +202,7 @@ def trigger_deployment(name: str, config_file: Path | None, overrides: list[str]
     from deployments import deploy as deployments
     from trainflow.env import check_prefect_api, prepare_environment
     from training.config import validate_config
-    from training.overrides import load_config, parse_override
+    from training.config.overrides import load_config, parse_override
 
     prepare_environment()
     check_prefect_api()

@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-from training.overrides import load_config
+from training.config.overrides import load_config
 from training.storage import StorageLayout
 from training.tune.sweep import run_sweep
 

@@ -32,14 +32,14 @@ def test_an_early_instance_outlives_its_start_and_is_stopped_by_shutdown(tmp_pat
         """
         import threading, time
         import psutil, ray
-        from training import cluster
+        from training.platform import cluster
         from training.config import RayConfig
 
         cluster.start_early(RayConfig(num_cpus=2))
-        assert not ray.is_initialized() or cluster._early_done.is_set()
+        assert not ray.is_initialized() or cluster._early.done.is_set()
         # Ray kills the instance's processes when the thread that started them ends: they
         # must live on after the start, until shutdown.
-        cluster._early_done.wait()
+        cluster._early.done.wait()
         time.sleep(2)
         resources = cluster.connect(RayConfig(num_cpus=2))
         assert resources["CPU"] == 2, resources
@@ -63,7 +63,7 @@ def test_an_early_start_that_fails_raises_in_the_first_connect(tmp_path):
         """
         import threading
         import ray
-        from training import cluster
+        from training.platform import cluster
         from training.config import RayConfig
 
         def refuse(**kwargs):
@@ -77,7 +77,7 @@ def test_an_early_start_that_fails_raises_in_the_first_connect(tmp_path):
             print("raised:", exc)
         # the starting thread is gone, and a later connect starts afresh (here: fails again)
         assert not [t for t in threading.enumerate() if t.name == "ray-early-start"]
-        assert cluster._early is None and not cluster._early_pending
+        assert cluster._early.idle
         cluster.shutdown()
         """,
         tmp_path,
@@ -89,11 +89,11 @@ def test_no_early_start_for_a_cluster_address(tmp_path):
     out = _run(
         """
         import threading
-        from training import cluster
+        from training.platform import cluster
         from training.config import RayConfig
 
         cluster.start_early(RayConfig(address="127.0.0.1:1"))
-        assert cluster._early is None and not cluster._early_pending
+        assert cluster._early.idle
         assert not [t for t in threading.enumerate() if t.name == "ray-early-start"]
         print("ok")
         """,
@@ -110,7 +110,7 @@ def test_the_driver_keeps_arrows_own_pool_while_the_instance_gets_the_system_one
         """
         import os, time
         import ray
-        from training import cluster
+        from training.platform import cluster
         from training.config import RayConfig
 
         os.environ.pop("ARROW_DEFAULT_MEMORY_POOL", None)

@@ -30,13 +30,13 @@ import ray.cloudpickle as cloudpickle
 import torch
 from fsspec.implementations.local import LocalFileSystem
 
+from training.config.overrides import load_config
 from training.errors import StorageError, WorkerFailedError
 from training.loop.checkpoint import load_state
 from training.loop.contexts import TrainContext
 from training.loop.loop import run_loop
 from training.loop.trainer import train_final
 from training.manifest import SAMPLE_ID
-from training.overrides import load_config
 from training.storage import StorageLayout
 
 pytestmark = pytest.mark.integration

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from training.config.overrides import load_config
 from training.inference.evaluate import evaluate_state
 from training.loop.checkpoint import load_state
 from training.loop.trainer import train_final
 from training.model.networks import build_model
-from training.overrides import load_config
 
 pytestmark = pytest.mark.integration
 

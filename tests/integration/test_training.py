@@ -12,10 +12,10 @@ import pytest
 import ray.cloudpickle as cloudpickle
 from ray import tune
 
+from training.config.overrides import load_config
 from training.errors import TrainingDivergedError
 from training.loop.checkpoint import load_state
 from training.loop.trainer import train_final
-from training.overrides import load_config
 from training.tune.sweep import run_sweep
 
 pytestmark = pytest.mark.integration

@@ -36,7 +36,7 @@ CREDENTIALS = {
 
 
 def free_port() -> int:
-    from training.cluster import free_port as _free_port
+    from training.platform.cluster import free_port as _free_port
 
     return _free_port()
 

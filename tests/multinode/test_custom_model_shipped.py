@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.e2e]
 DRIVER = """
 import json, sys
 import ray
-from training.cluster import connect
+from training.platform.cluster import connect
 from training.config import RayConfig, validate_config
 from training.model.factory import ship_paths
 

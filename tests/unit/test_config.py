@@ -16,8 +16,8 @@ from training.config import (
     PipelineConfig,
     registered_model_name,
 )
+from training.config.overrides import load_config, parse_override
 from training.errors import ConfigError, TrainflowError
-from training.overrides import load_config, parse_override
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_YAML = REPO_ROOT / "configs" / "default.yaml"

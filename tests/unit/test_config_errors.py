@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from training.cluster import check_can_host
+from training.config.overrides import load_config
 from training.errors import ConfigError
-from training.overrides import load_config
+from training.platform.cluster import check_can_host
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

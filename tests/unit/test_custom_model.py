@@ -237,8 +237,8 @@ def test_resnet18_adapts_its_stem_and_head_to_small_images(shape):
 
 
 def test_the_job_ships_a_project_factory_with_py_modules(user_package):
-    from training.cluster import job_runtime_env
     from training.config import RayConfig
+    from training.platform.cluster import job_runtime_env
 
     paths = ship_paths(_model("tf_unit_models.nets:build"))
     env = job_runtime_env(RayConfig(), None, paths)

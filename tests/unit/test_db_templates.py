@@ -6,13 +6,13 @@ import sqlite3
 
 import pytest
 
-from training import db_templates
+from training.platform import db_templates, fast_start
 
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv(db_templates.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(fast_start.SWITCH_ENV, raising=False)
     return tmp_path / "cache"
 
 
@@ -65,7 +65,7 @@ def test_the_first_template_stays(tmp_path):
 
 
 def test_switched_off_it_neither_saves_nor_seeds(tmp_path, monkeypatch):
-    monkeypatch.setenv(db_templates.DISABLE_ENV, "0")
+    monkeypatch.setenv(fast_start.SWITCH_ENV, "0")
     db_templates.save(_database(tmp_path / "first.db"), "lib", "1.0")
     assert not db_templates.template_path("lib", "1.0").exists()
 
@@ -83,7 +83,7 @@ def test_a_broken_template_only_means_migrating_in_place(tmp_path):
 def test_a_second_mlflow_home_starts_from_the_first_ones_tables(tmp_path, monkeypatch):
     """The real store: the second home is a copy (no MLflow migration), its experiment is
     created as usual, and its Default experiment keeps artifacts in its own home."""
-    from training.overrides import load_config
+    from training.config.overrides import load_config
     from training.tracking import store
 
     config = load_config(None)

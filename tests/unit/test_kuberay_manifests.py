@@ -6,7 +6,7 @@ schema does not say with ``additionalProperties: false``: a field the schema doe
 pruned by the API server (silently dropped), so a typo would be a setting that never applies.
 We reject those ourselves, walking the schema. The Prefect work-pool template and prefect.yaml are
 checked with Prefect's own models and templating, and every pipeline configuration in them is
-loaded with ``training.overrides.load_config``.
+loaded with ``training.config.overrides.load_config``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import jsonschema
 import pytest
 import yaml
 
-from training.overrides import load_config
+from training.config.overrides import load_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KUBERAY = REPO_ROOT / "deployments" / "kuberay"

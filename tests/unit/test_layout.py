@@ -27,13 +27,18 @@ RANK = {name: rank for rank, name in enumerate(LAYERS)}
 # Modules that must exist now; other modules are checked as soon as they exist.
 REQUIRED = [
     "training.config",
-    "training.capacity",
-    "training.dotted",
-    "training.overrides",
-    "training.search_space",
+    "training.config.schema",
+    "training.config.capacity",
+    "training.config.dotted",
+    "training.config.overrides",
+    "training.config.search_space",
     "training.errors",
     "training.storage",
-    "training.cluster",
+    "training.platform",
+    "training.platform.cluster",
+    "training.platform.signals",
+    "training.platform._internal.early_start",
+    "training.platform._internal.patches",
     "training.manifest",
     "training.summary",
     "training.report.plots",
@@ -46,7 +51,7 @@ REQUIRED = [
 # The modules a Ray worker imports: none of them may pull in prefect.
 WORKER_MODULES = [
     "training.config",
-    "training.capacity",
+    "training.config.capacity",
     "training.data.rows",
     "training.data.read",
     "training.data.summary",
@@ -60,18 +65,16 @@ WORKER_MODULES = [
     "training.tune.sweep",  # the trial functions
     "training.storage",
 ]
-# The bottom of training/: they import nothing of ours but each other.
+# The bottom of training/ (modules, or packages with every module in them): they import nothing
+# of ours but each other.
 TRAINING_BOTTOM = {
-    "training.config",
-    "training.capacity",
-    "training.dotted",
-    "training.overrides",
-    "training.search_space",
+    "training.config",  # the package: every module in it
     "training.errors",
     "training.storage",
     "training.metrics",
-    "training.secrets",
-    "training.probe",
+    "training.platform.secrets",
+    "training.platform.probe",
+    "training.platform.fast_start",
 }
 # The one package that may import mlflow (any module under it) ...
 MLFLOW_HOME = "training.tracking"
@@ -136,6 +139,12 @@ def imports_of(source: str, module: str, is_package: bool) -> set[str]:
 
 def top(name: str) -> str:
     return name.split(".")[0]
+
+
+def in_bottom(name: str) -> bool:
+    """``name`` is a bottom module, or a module inside a bottom package."""
+    parts = name.split(".")
+    return any(".".join(parts[:n]) in TRAINING_BOTTOM for n in range(2, len(parts) + 1))
 
 
 def run_python(code: str, cwd: Path, env: dict[str, str] | None = None) -> dict:
@@ -285,7 +294,7 @@ def test_mlflow_free_modules_import_only_the_bottom(module):
     """The gate is pure: not even another tracking module (they import mlflow) may come in."""
     path = REPO_ROOT / Path(*module.split(".")).with_suffix(".py")
     ours = {name for name in imported_modules(path) if top(name) in RANK}
-    outside = sorted(n for n in ours if ".".join(n.split(".")[:2]) not in TRAINING_BOTTOM)
+    outside = sorted(n for n in ours if not in_bottom(n))
     assert not outside, f"{module} must decide without a server, yet imports {outside}"
 
 
@@ -375,13 +384,12 @@ def test_bottom_of_training_imports_only_the_bottom():
     violations = []
     for path in package_files("training"):
         module = module_name(path)
-        if module not in TRAINING_BOTTOM:
+        if not in_bottom(module):
             continue
         for name in imported_modules(path):
             if top(name) != "training" or name == "training":
                 continue
-            owner = ".".join(name.split(".")[:2])
-            if owner not in TRAINING_BOTTOM:
+            if not in_bottom(name):
                 violations.append(f"{module} imports {name}")
     assert not violations, (
         f"{sorted(TRAINING_BOTTOM)} sit at the bottom of training/ and import only each other: "

@@ -8,7 +8,7 @@ import pytest
 import ray
 import ray.train
 
-import training.cluster as cluster
+import training.platform.cluster as cluster
 from training.loop.trainer import _lean_torch_trainer
 
 

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import training.loop.loop as loop_module
+from training.config.overrides import load_config
 from training.loop.contexts import TrainContext, TuneContext
 from training.loop.loop import loop_config, run_loop
 from training.manifest import FEATURES, LABEL, SAMPLE_ID, FeatureSpec
-from training.overrides import load_config
 
 SPEC = FeatureSpec(
     label_column="label",

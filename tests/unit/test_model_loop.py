@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from training.config import ModelConfig
+from training.config.overrides import load_config
 from training.errors import TrainingDivergedError, UnsafeCheckpointError
 from training.inference.evaluate import metrics_from_confusion
 from training.loop.checkpoint import load_state, save_state
@@ -18,7 +19,6 @@ from training.loop.loop import loop_config, run_loop
 from training.manifest import FeatureSpec
 from training.model.networks import CNN, MLP, build_model
 from training.model.serving import model_from_state
-from training.overrides import load_config
 
 
 @pytest.mark.parametrize(
@@ -380,9 +380,9 @@ def test_in_memory_splits_give_each_rank_an_equal_disjoint_shard(monkeypatch):
 def test_small_splits_on_one_node_are_handed_over_in_memory_unless_caching_is_off(monkeypatch):
     import ray
 
-    from training import cluster
     from training.data import read
     from training.loop import trainer
+    from training.platform import cluster
 
     manifest = SimpleNamespace(spec=SPEC, rows={"train": 1000, "val": 200})
     monkeypatch.setattr(cluster, "is_single_node", lambda: True)

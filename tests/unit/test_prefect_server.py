@@ -77,10 +77,10 @@ def test_a_fresh_home_gets_the_first_homes_migrated_database(monkeypatch, tmp_pa
 
     from prefect.settings import PREFECT_API_DATABASE_CONNECTION_URL, PREFECT_MEMO_STORE_PATH
 
-    from training import db_templates
+    from training.platform import fast_start
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv(db_templates.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(fast_start.SWITCH_ENV, raising=False)
     found = []
     homes = []
 

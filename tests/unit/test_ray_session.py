@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from training import cluster
+from training.platform import cluster
+from training.platform._internal import env_defaults, patches, temp_dir
 
 
 def test_ray_temp_dir_is_under_the_home():
     with tempfile.TemporaryDirectory(prefix="tf-", dir="/tmp") as short:
         home = Path(short) / "home"
-        assert cluster.ray_temp_dir(home) == home / "ray"
+        assert temp_dir.ray_temp_dir(home) == home / "ray"
         assert (home / "ray").is_dir()
 
 
@@ -38,9 +39,9 @@ def test_every_ray_socket_path_fits_under_the_chosen_temp_dir(extra):
     the chosen dir (a 7-digit pid, the longest dashboard module) still fits in 107 bytes."""
     longest = _longest_dashboard_socket_name()
     with tempfile.TemporaryDirectory(prefix="tf-", dir="/tmp") as short:
-        fill = cluster._MAX_RAY_TEMP_DIR + extra - len(f"{short}//ray")
+        fill = temp_dir.MAX_RAY_TEMP_DIR + extra - len(f"{short}//ray")
         home = Path(short) / ("h" * fill)
-        temp = cluster.ray_temp_dir(home)
+        temp = temp_dir.ray_temp_dir(home)
         assert (temp == home / "ray") == (extra == 0), temp
         path = f"{temp}/session_2026-11-25_15-37-43_606852_1234567/sockets/{longest}"
         assert len(path) <= 107, (len(path), path)
@@ -50,15 +51,15 @@ def test_every_ray_socket_path_fits_under_the_chosen_temp_dir(extra):
 
 def test_a_home_too_deep_for_socket_paths_links_to_a_short_dir(tmp_path):
     home = tmp_path / ("deep-" * 12)
-    temp = cluster.ray_temp_dir(home)
-    assert len(str(temp)) <= cluster._MAX_RAY_TEMP_DIR, temp
+    temp = temp_dir.ray_temp_dir(home)
+    assert len(str(temp)) <= temp_dir.MAX_RAY_TEMP_DIR, temp
     assert (home / "ray").is_symlink() and (home / "ray").resolve() == temp.resolve()
     # Asked again, the same place: the link is kept.
-    assert cluster.ray_temp_dir(home) == temp
+    assert temp_dir.ray_temp_dir(home) == temp
     # A new home at the same path gets a directory of its own, without the old one's sessions.
     (temp / "session_old").mkdir()
     (home / "ray").unlink()
-    fresh = cluster.ray_temp_dir(home)
+    fresh = temp_dir.ray_temp_dir(home)
     assert fresh != temp and not list(fresh.iterdir())
     assert (home / "ray").resolve() == fresh.resolve()
     for made in (temp / "session_old", temp, fresh):
@@ -71,9 +72,9 @@ def test_tune_no_longer_copies_credentials_into_trial_runtime_envs(monkeypatch):
     monkeypatch.setattr(
         class_cache, "ENV_VARS_TO_PROPAGATE", set(class_cache.ENV_VARS_TO_PROPAGATE)
     )
-    for name in cluster.CREDENTIAL_ENV_VARS:
+    for name in patches.CREDENTIAL_ENV_VARS:
         monkeypatch.setenv(name, f"canary-{name}")
-    cluster._keep_credentials_out_of_runtime_envs()
+    patches.keep_credentials_out_of_runtime_envs()
     # Every AWS credential name Tune knows is covered, not only the ones we listed.
     assert not {n for n in class_cache.ENV_VARS_TO_PROPAGATE if n.startswith("AWS_")}
 
@@ -82,7 +83,7 @@ def test_tune_no_longer_copies_credentials_into_trial_runtime_envs(monkeypatch):
 
     remote = class_cache._ActorClassCache().get(Trainable)
     env_vars = remote._default_options["runtime_env"]["env_vars"]
-    assert not set(cluster.CREDENTIAL_ENV_VARS) & set(env_vars), env_vars
+    assert not set(patches.CREDENTIAL_ENV_VARS) & set(env_vars), env_vars
 
 
 def test_a_local_instance_is_switched_to_loopback_and_a_cluster_driver_back(monkeypatch):
@@ -91,12 +92,12 @@ def test_a_local_instance_is_switched_to_loopback_and_a_cluster_driver_back(monk
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
     monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
     monkeypatch.setattr("ray._private.worker._global_node", None)
-    cluster._keep_local_instance_on_loopback(True)
+    patches.keep_local_instance_on_loopback(True)
     # What the processes Ray starts inherit, and what this one resolves its node IP to.
-    assert cluster.os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
     assert services.get_node_ip_address() == "127.0.0.1"
-    cluster._keep_local_instance_on_loopback(False)
-    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in cluster.os.environ
+    patches.keep_local_instance_on_loopback(False)
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ
     assert ray_constants.ENABLE_RAY_CLUSTER is True
 
 
@@ -110,7 +111,7 @@ def test_a_local_instance_inherits_our_env_vars_instead_of_a_runtime_env(monkeyp
     os.environ["RAY_DEDUP_LOGS"] = "users-own"
     runtime_env = cluster.job_runtime_env(cluster.RayConfig(), None, ["/models"])
     runtime_env["env_vars"]["RAY_API_SERVER_ADDRESS"] = "http://127.0.0.1:1234"
-    with cluster._environ_for_local_instance(runtime_env):
+    with env_defaults.environ_for_local_instance(runtime_env):
         assert runtime_env == {"py_modules": ["/models"]}  # a custom model's package travels
         assert os.environ["RAY_API_SERVER_ADDRESS"] == "http://127.0.0.1:1234"
         assert os.environ["RAY_DEDUP_LOGS"] == cluster.ray_env()["RAY_DEDUP_LOGS"]

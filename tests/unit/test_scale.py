@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from training.cluster import job_runtime_env, worker_resources
 from training.config import RayConfig
+from training.config.overrides import load_config
 from training.loop.loop import accumulate_gradients, step_plan
-from training.overrides import load_config
+from training.platform.cluster import job_runtime_env, worker_resources
 
 
 @pytest.mark.parametrize("global_batch", [64, 96, 128])

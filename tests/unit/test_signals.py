@@ -1,4 +1,4 @@
-"""training.signals: a SIGINT/SIGTERM that a library handler swallowed still stops the run.
+"""training.platform.signals: a SIGINT/SIGTERM that a library handler swallowed still stops the run.
 
 Each case runs in its own interpreter: the wakeup fd and the handlers are process-wide.
 """
@@ -16,7 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # Like Ray Train's fit(): its own SIGINT handler replaces ours, aborts, and may simply return.
 SCRIPT = """
 import os, signal
-from training import signals
+from training.platform import signals
 signals.watch()
 signal.signal(signal.SIG{name}, lambda number, frame: None)
 {send}
@@ -51,7 +51,7 @@ def test_no_signal_goes_on():
 # still interrupt (KeyboardInterrupt from Python's handler, under ours), not be swallowed.
 AFTER_FIT = """
 import os, signal
-from training import signals
+from training.platform import signals
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as the CLI has it (xdist ignores it)
 signals.watch()
 with signals.handlers_restored():

@@ -287,7 +287,7 @@ def test_s3_endpoint_down_fails_fast_naming_the_endpoint(monkeypatch):
 
 def test_deployment_parameters_are_the_validated_config_files():
     from deployments.deploy import DEPLOYMENTS, spec, spec_parameters
-    from training.overrides import load_config
+    from training.config.overrides import load_config
 
     assert {d.name for d in DEPLOYMENTS} >= {"nightly", "smoke"}
     nightly = spec("nightly")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from training.config.overrides import load_config
 from training.errors import ConfigError
-from training.overrides import load_config
 from training.tune.resources import TRAINER_DRIVER_CPU, trial_resources
 
 CPU_ONLY = {"CPU": 4.0, "memory": 8e9}

@@ -7,6 +7,7 @@ import errno
 import pytest
 from ray.train import ControllerError, WorkerGroupError
 
+from training.config.overrides import load_config
 from training.errors import (
     StorageError,
     TrainingDivergedError,
@@ -15,7 +16,6 @@ from training.errors import (
     is_retriable,
 )
 from training.loop.failures import training_error
-from training.overrides import load_config
 
 CONFIG = load_config(None, ["train.max_failures=2"])
 

@@ -6,12 +6,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from training import cluster, signals
 from training.config import PipelineConfig
 from training.errors import TrainflowError
 from training.loop.failures import training_error
 from training.loop.loop import loop_config, train_worker
 from training.manifest import Manifest
+from training.platform import cluster, signals
 from training.storage import StorageLayout
 
 # Splits smaller than this are kept in the object store across epochs: re-reading parquet every
@@ -130,7 +130,6 @@ def build_trainer(
     ``train_fn`` is the per-worker loop; tests pass a wrapper that injects faults.
     """
     import ray.train
-    from ray.train.torch import TorchConfig
 
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
@@ -169,7 +168,7 @@ def build_trainer(
             placement_strategy=train.placement_strategy,
             elastic_resize_monitor_interval_s=train.elastic_resize_interval_s,
         ),
-        torch_config=TorchConfig(backend=train.torch_backend, timeout_s=train.timeout_s),
+        torch_config=cluster.torch_config(train.torch_backend, train.timeout_s),
         # On several nodes the cached blocks may sit on a node that dies; Train's dataset
         # manager only borrows them, so Ray cannot rebuild them and every restart fails
         # (OBJECT_UNRECONSTRUCTABLE_BORROWED). Streaming from storage survives node loss.

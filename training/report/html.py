@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from training.metrics import direction
+from training.platform.secrets import redact
 from training.report.plots import evaluation_plots, learning_curves_png, regression_plots
 from training.report.sweep_plots import sweep_plots
 from training.report.trials import (
@@ -23,7 +24,6 @@ from training.report.trials import (
     swept_params,
     trial_rows,
 )
-from training.secrets import redact
 
 if TYPE_CHECKING:
     from training.config import AshaConfig, PipelineConfig

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from training.manifest import Manifest
-from training.secrets import redact
+from training.platform.secrets import redact
 from training.tracking.provenance import git_commit
 from training.tracking.runs import Tracker
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from training.config import registered_model_name
 from training.errors import ModelNotFoundError, one_line
-from training.secrets import redact
+from training.platform.secrets import redact
 from training.tracking import gate, pyfunc, ui
 from training.tracking.lock import registry_lock
 from training.tracking.runs import Tracker, filter_literal, tag_values

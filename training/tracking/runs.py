@@ -15,7 +15,7 @@ import yaml
 
 from training.config import PipelineConfig
 from training.errors import ConfigError
-from training.secrets import redact, redact_tree
+from training.platform.secrets import redact, redact_tree
 from training.tracking.provenance import provenance_tags
 
 if TYPE_CHECKING:

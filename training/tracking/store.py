@@ -7,11 +7,11 @@ import logging
 import os
 from pathlib import Path
 
-from training import db_templates
 from training.config import MlflowConfig, PipelineConfig
 from training.errors import ConfigError, ServiceUnreachableError, TrainflowError
-from training.probe import http_problem
-from training.secrets import redact
+from training.platform import db_templates
+from training.platform.probe import http_problem
+from training.platform.secrets import redact
 from training.storage import default_artifact_root, default_tracking_uri, trainflow_home
 from training.tracking.runs import Tracker
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from training.errors import TrainflowError
 from training.metrics import direction
-from training.secrets import redact
+from training.platform.secrets import redact
 from training.tracking.runs import PARENT_TAG, RUN_ID_TAG, STAGE_TAG, Tracker, filter_literal
 
 if TYPE_CHECKING:

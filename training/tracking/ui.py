@@ -6,7 +6,7 @@ import json
 import urllib.parse
 from collections.abc import Iterable
 
-from training.secrets import without_userinfo
+from training.platform.secrets import without_userinfo
 from training.tracking.runs import Tracker
 from training.tracking.store import is_http
 

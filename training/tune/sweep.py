@@ -12,10 +12,11 @@ import logging
 import math
 from typing import Any
 
-from training import progress, signals
+from training import progress
 from training.config import PipelineConfig, SweepConfig, validate_config
 from training.errors import TrainflowError
 from training.manifest import FeatureSpec, Manifest
+from training.platform import signals
 from training.storage import StorageLayout
 from training.tune.outcome import SweepOutcome, summarize
 from training.tune.resources import trial_resources

@@ -5,7 +5,8 @@ server migrates its database and registers its block types (~6 s). The result is
 time for the same library version, so the first home keeps a copy (a *template*, in the user's
 cache directory, named after the library and its version) and later fresh homes start from it.
 A database that already exists is never touched, and a missing or unreadable template only
-means the library migrates as it always did.
+means the library migrates as it always did. ``TRAINFLOW_FAST_START=0`` (the start-up speed-ups'
+one switch, trainflow/startup.py) turns templates off: every home migrates in place.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from training.platform import fast_start
 
-DISABLE_ENV = "TRAINFLOW_DB_TEMPLATES"  # "0": always migrate in place (benchmarks' cold arm)
+log = logging.getLogger(__name__)
 
 
 def enabled() -> bool:
-    return os.environ.get(DISABLE_ENV, "1") != "0"
+    return fast_start.enabled()
 
 
 def cache_dir() -> Path:

@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from training.config import PipelineConfig, validate_config
-from training.dotted import set_dotted
+from training.config.dotted import set_dotted
+from training.config.schema import PipelineConfig, validate_config
 from training.errors import ConfigError
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from training.dotted import get_dotted, set_dotted
+from training.config.dotted import get_dotted, set_dotted
 
 _DOMAIN_KINDS = ("loguniform", "uniform", "choice", "randint")
 # Sections a sweep may not vary: the data, where things run and are stored, the sweep itself.

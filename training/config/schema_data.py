@@ -1,0 +1,71 @@
+"""The ``data`` section: where the table is, which columns mean what, how rows split."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from training.config.schema_base import BUILTIN_DIGITS, Section
+
+
+class SplitConfig(Section):
+    """Fractions of rows held out, assigned by a seeded hash of each row."""
+
+    val: float = Field(0.15, gt=0, lt=1, description="fraction of rows for validation")
+    test: float = Field(0.15, gt=0, lt=1, description="fraction of rows for the final test")
+    seed: int = Field(0, ge=0, description="seed of the row hash that assigns splits")
+
+    @model_validator(mode="after")
+    def _leave_rows_for_training(self) -> SplitConfig:
+        if self.val + self.test >= 0.9:
+            raise ValueError(
+                f"val + test = {self.val + self.test:.2f} leaves too few rows for training; "
+                "keep data.split.val + data.split.test below 0.9"
+            )
+        return self
+
+
+class DataConfig(Section):
+    """Where the table is and which columns mean what."""
+
+    source: str = Field(
+        BUILTIN_DIGITS,
+        description="builtin:digits|diabetes, or a parquet/CSV file or directory (local or s3://)",
+    )
+    format: Literal["auto", "parquet", "csv"] = Field(
+        "auto", description="file format; auto infers it from the suffix"
+    )
+    label_column: str = Field("label", min_length=1, description="the column to predict")
+    feature_columns: list[str] | None = Field(
+        None, description="numeric feature columns; default: every other numeric column"
+    )
+    image_column: str | None = Field(
+        None, description="a column of fixed-size numeric arrays, used instead of features"
+    )
+    image_shape: list[int] | None = Field(
+        None, description="shape (C, H, W) of one image; needed by model.kind=cnn"
+    )
+    task: Literal["auto", "classification", "regression"] = Field(
+        "auto", description="auto: a float label with many values is a regression, else classes"
+    )
+    split: SplitConfig = Field(default_factory=SplitConfig)
+
+    @field_validator("image_shape")
+    @classmethod
+    def _positive_shape(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and (len(value) != 3 or any(d <= 0 for d in value)):
+            raise ValueError(
+                "must be three positive ints [channels, height, width], e.g. [1, 8, 8]"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _features_or_image(self) -> DataConfig:
+        if self.feature_columns is not None and self.image_column is not None:
+            raise ValueError("set either data.feature_columns or data.image_column, not both")
+        if self.feature_columns is not None and len(self.feature_columns) == 0:
+            raise ValueError("data.feature_columns is empty; list columns or leave it unset")
+        if self.feature_columns is not None and self.label_column in self.feature_columns:
+            raise ValueError(f"label column {self.label_column!r} is also in data.feature_columns")
+        return self

@@ -1,0 +1,88 @@
+"""The ``gate``, ``mlflow``, ``ray`` and ``storage`` sections: where runs go and what decides."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import Field, field_validator
+
+from training.config.schema_base import Section
+from training.metrics import TestMetric
+
+
+class GateConfig(Section):
+    """When a new model version may take the champion alias."""
+
+    metric: TestMetric = Field(
+        "test_accuracy", description="test metric compared with the champion's (regression: rmse)"
+    )
+    min_delta: float = Field(0.0, ge=0, description="improvement required to move champion")
+
+
+class MlflowConfig(Section):
+    """Tracking and registry."""
+
+    tracking_uri: str | None = Field(
+        None, description="MLflow server URL or sqlite:///...; default: sqlite in the home"
+    )
+    experiment: str = Field("trainflow", min_length=1, description="MLflow experiment name")
+    registered_model: str | None = Field(
+        None,
+        min_length=1,
+        description="registered model name; default: the data's (digits for builtin:digits, "
+        "else the file or directory name)",
+    )
+    gate: GateConfig = Field(default_factory=GateConfig)
+
+
+class RayConfig(Section):
+    """Where Ray runs."""
+
+    address: str | None = Field(
+        None, description="existing cluster address (ray://... or host:port); none = local"
+    )
+    num_cpus: int = Field(
+        4, ge=1, description="logical CPUs of the local instance (more than cores avoids stalls)"
+    )
+    ship_code: bool = Field(
+        False,
+        description="true: upload training/ to the cluster (runtime_env py_modules); "
+        "false: the nodes have trainflow installed",
+    )
+    object_store_mb: int | None = Field(
+        None,
+        ge=128,
+        description="object store of the local instance in MiB; none = Ray's default "
+        "(30% of RAM); a cluster's nodes set their own",
+    )
+
+
+class StorageConfig(Section):
+    """Processed data, checkpoints and Tune state."""
+
+    root: str | None = Field(
+        None, description="absolute path or s3://bucket/prefix; default: <home>/storage"
+    )
+    endpoint_url: str | None = Field(None, description="S3-compatible endpoint override")
+
+    @field_validator("root")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is None or "://" in value:
+            return value
+        if not os.path.isabs(value):
+            raise ValueError(
+                f"{value!r} is relative; give an absolute path or an s3://bucket/prefix URI"
+            )
+        return value
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _no_credentials(cls, value: str | None) -> str | None:
+        # The config is the flow's parameter: Prefect stores it as given and MLflow logs it.
+        if value and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
+            raise ValueError(
+                "holds credentials (user:secret@); give the endpoint only, e.g. "
+                "http://127.0.0.1:9000, and the keys in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
+            )
+        return value

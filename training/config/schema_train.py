@@ -1,0 +1,121 @@
+"""The ``model`` and ``train`` sections: the network and how the one loop trains it."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from training.config.schema_base import Section
+
+_Width = Annotated[int, Field(gt=0)]
+_FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+class ModelConfig(Section):
+    """The network: mlp (features), cnn or resnet18 (images, data.image_shape), or custom."""
+
+    kind: Literal["mlp", "cnn", "resnet18", "custom"] = Field("mlp", description="network")
+    factory: str | None = Field(None, description='custom: "package.module:function"')
+    params: dict[str, Any] = Field({}, description="custom: the factory's kwargs (sweepable)")
+    hidden_sizes: list[_Width] = Field([128, 64], min_length=1, description="MLP widths")
+    channels: list[_Width] = Field([16, 32], min_length=1, description="CNN conv channels")
+    cnn_hidden: int = Field(64, gt=0, description="width of the CNN's dense layer")
+    dropout: float = Field(0.1, ge=0, lt=1, description="dropout probability")
+
+    @model_validator(mode="after")
+    def _factory_for_custom(self) -> ModelConfig:
+        if (self.kind == "custom") != (self.factory is not None):
+            raise ValueError("model.factory goes with model.kind=custom, and custom needs it")
+        if self.factory and not _FACTORY.fullmatch(self.factory):
+            raise ValueError(f"model.factory={self.factory!r}: give 'package.module:function'")
+        return self
+
+
+class CheckpointSettings(Section):
+    """Ray Train checkpoint retention."""
+
+    num_to_keep: int = Field(2, ge=1, description="checkpoints kept per run (best by score)")
+    score_attribute: str = Field("val_accuracy", description="metric that ranks checkpoints")
+    score_order: Literal["max", "min"] = Field("max", description="max | min")
+    every_n_batches: int = Field(
+        0, ge=0, description="final training: also checkpoint every N batches (0 = epoch ends)"
+    )
+
+
+class TrainConfig(Section):
+    """Final distributed training (Ray Train TorchTrainer) and the loop's hyperparameters."""
+
+    num_workers: int | tuple[int, int] = Field(
+        2, description="DDP workers: an int, or [min, max] for elastic training"
+    )
+    use_gpu: bool = Field(False, description="one GPU per worker (backend auto -> nccl)")
+    resources_per_worker: dict[str, float] = Field(
+        default_factory=lambda: {"CPU": 1.0}, description="Ray resources of each worker"
+    )
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="ddp | fsdp (sharded params)")
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto", description="torch.distributed backend; auto: nccl with GPUs, else gloo"
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: forward passes under torch.autocast(bfloat16)"
+    )
+    elastic_resize_interval_s: float = Field(
+        60.0, gt=0, description="elastic [min, max]: how often a running group looks for nodes"
+    )
+    timeout_s: int = Field(1800, gt=0, description="torch.distributed init/collective timeout")
+    shard_cache_mb: int = Field(
+        512,
+        ge=0,
+        description="a worker keeps its data shard in memory (on its GPU with use_gpu) when it "
+        "fits in this many MiB, read once through Ray Data; 0 = stream every epoch",
+    )
+    max_epochs: int = Field(20, ge=1, description="epochs of the final training")
+    batch_size: int = Field(64, ge=1, description="global batch size (split across workers)")
+    lr: float = Field(3e-3, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(1e-4, ge=0, description="AdamW weight decay")
+    lr_schedule: Literal["constant", "cosine"] = Field("cosine", description="constant | cosine")
+    checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
+    max_failures: int = Field(1, ge=-1, description="worker-group restarts allowed; -1 = forever")
+    seed: int = Field(0, ge=0, description="seed of init, shuffling and dropout")
+
+    @field_validator("num_workers")
+    @classmethod
+    def _valid_workers(cls, value: int | tuple[int, int]) -> int | tuple[int, int]:
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError("must be >= 1")
+            return value
+        low, high = value
+        if low < 1 or high < low:
+            raise ValueError("elastic [min, max] needs 1 <= min <= max")
+        return (low, high) if low != high else low
+
+    @field_validator("resources_per_worker")
+    @classmethod
+    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
+        if any(v < 0 for v in value.values()):
+            raise ValueError("resource amounts must be >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _gpu_backend(self) -> TrainConfig:
+        if self.backend == "nccl" and not self.use_gpu:
+            raise ValueError("train.backend=nccl needs train.use_gpu=true; use gloo on CPUs")
+        return self
+
+    @property
+    def torch_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return "nccl" if self.use_gpu else "gloo"
+
+    @property
+    def max_workers(self) -> int:
+        return self.num_workers if isinstance(self.num_workers, int) else self.num_workers[1]
+
+    @property
+    def min_workers(self) -> int:
+        return self.num_workers if isinstance(self.num_workers, int) else self.num_workers[0]
