@@ -176,35 +176,57 @@ def up(options: UpOptions, home: Path | None = None) -> UpResult:
     """Start the stack, or report the one already running. Stops what it started on failure."""
     began = time.monotonic()
     home = home or trainflow_home()
-    existing = read_state(home)
+    existing = _running_stack(home)
     if existing is not None:
-        alive = {name: part.is_running() for name, part in existing.parts.items()}
-        if alive and all(alive.values()):
-            return UpResult(existing, already_running=True, seconds=0.0)
-        if any(alive.values()):
-            dead = ", ".join(name for name, ok in alive.items() if not ok)
-            raise StackError(
-                f"the stack is partly running ({dead} stopped); run `trainflow down`, then "
-                "`trainflow up`"
-            )
-        state_path(home).unlink()  # stale: nothing it names runs any more
+        return UpResult(existing, already_running=True, seconds=0.0)
     auth = StackAuth.required_for(options.host)  # refuses an unguarded exposed host
     _check_ports(options)
 
     home.mkdir(parents=True, exist_ok=True)
-    logs = stack_dir(home) / "logs"
-    artifacts = options.artifacts_destination or str(home / "mlartifacts")
     state = StackState(
         home=str(home),
         pool=options.pool,
         prefect_url=f"http://{client_host(options.host)}:{options.prefect_port}",
         mlflow_url=f"http://{client_host(options.host)}:{options.mlflow_port}",
-        artifacts_destination=artifacts,
+        artifacts_destination=options.artifacts_destination or str(home / "mlartifacts"),
         host=options.host,
     )
-    env = base_environment(home)
-    cwd = stack_dir(home)
+    try:
+        _start_parts(state, options, auth, time.monotonic() + options.timeout_s)
+    except BaseException:
+        stop(state)
+        raise
+    return UpResult(state, already_running=False, seconds=round(time.monotonic() - began, 1))
+
+
+def _running_stack(home: Path) -> StackState | None:
+    """The stack already running in this home, if all of it runs; a stale state file (nothing it
+    names runs) is removed; a partly running stack is an error naming what stopped."""
+    existing = read_state(home)
+    if existing is None:
+        return None
+    alive = {name: part.is_running() for name, part in existing.parts.items()}
+    if alive and all(alive.values()):
+        return existing
+    if any(alive.values()):
+        dead = ", ".join(name for name, ok in alive.items() if not ok)
+        raise StackError(
+            f"the stack is partly running ({dead} stopped); run `trainflow down`, then "
+            "`trainflow up`"
+        )
+    state_path(home).unlink()
+    return None
+
+
+def _start_parts(
+    state: StackState, options: UpOptions, auth: StackAuth | None, deadline: float
+) -> None:
+    """Both servers at once (each takes ~10 s to import and open its port), then the work pool
+    and its worker; each part is in the state file as soon as it starts."""
+    home = Path(state.home)
+    logs, cwd = stack_dir(home) / "logs", stack_dir(home)
     cwd.mkdir(parents=True, exist_ok=True)
+    env = base_environment(home)
     mlflow_env = dict(env)
     if auth is not None:
         env.update(auth.client_env())  # the worker and its flow runs, like this CLI
@@ -214,65 +236,35 @@ def up(options: UpOptions, home: Path | None = None) -> UpResult:
     server_env.pop("PREFECT_API_URL", None)
     if auth is not None:
         server_env.update(auth.prefect_server_env())
-    deadline = time.monotonic() + options.timeout_s
-    try:
-        # Both servers start at once: each takes ~10 s to import and open its port.
-        prefect = _record(
-            state,
-            start_process(
-                "prefect",
-                prefect_command(options.prefect_port, options.host),
-                server_env,
-                logs / "prefect-server.log",
-                cwd,
-            ),
-            state.prefect_url,
-            options.prefect_port,
-        )
-        mlflow = _record(
-            state,
-            start_process(
-                "mlflow",
-                mlflow_command(
-                    home, options.mlflow_port, artifacts, options.host, auth is not None
-                ),
-                mlflow_env,
-                logs / "mlflow-server.log",
-                cwd,
-            ),
-            state.mlflow_url,
-            options.mlflow_port,
-        )
-        _wait_until(
-            prefect,
-            lambda: answers_health(state.prefect_api_url),
-            deadline,
-            "the Prefect server",
-        )
-        _wait_until(mlflow, lambda: answers_health(state.mlflow_url), deadline, "the MLflow server")
-        ensure_work_pool(state.prefect_api_url, options.pool)
-        worker_env = {
-            **env,
-            "PREFECT_API_URL": state.prefect_api_url,
-            "MLFLOW_TRACKING_URI": state.mlflow_url,
-            "PREFECT_WORKER_QUERY_SECONDS": WORKER_QUERY_SECONDS,
-        }
-        worker = _record(
-            state,
-            start_process(
-                "worker", worker_command(options.pool), worker_env, logs / "worker.log", cwd
-            ),
-        )
-        _wait_until(
-            worker,
-            lambda: bool(pool_workers(state.prefect_api_url, options.pool)),
-            deadline,
-            f"the worker of pool {options.pool!r}",
-        )
-    except BaseException:
-        stop(state)
-        raise
-    return UpResult(state, already_running=False, seconds=round(time.monotonic() - began, 1))
+    prefect_cmd = prefect_command(options.prefect_port, options.host)
+    prefect = start_process("prefect", prefect_cmd, server_env, logs / "prefect-server.log", cwd)
+    prefect = _record(state, prefect, state.prefect_url, options.prefect_port)
+    mlflow_cmd = mlflow_command(
+        home, options.mlflow_port, state.artifacts_destination, options.host, auth is not None
+    )
+    mlflow = start_process("mlflow", mlflow_cmd, mlflow_env, logs / "mlflow-server.log", cwd)
+    mlflow = _record(state, mlflow, state.mlflow_url, options.mlflow_port)
+    _wait_until(
+        prefect, lambda: answers_health(state.prefect_api_url), deadline, "the Prefect server"
+    )
+    _wait_until(mlflow, lambda: answers_health(state.mlflow_url), deadline, "the MLflow server")
+    ensure_work_pool(state.prefect_api_url, options.pool)
+    worker_env = {
+        **env,
+        "PREFECT_API_URL": state.prefect_api_url,
+        "MLFLOW_TRACKING_URI": state.mlflow_url,
+        "PREFECT_WORKER_QUERY_SECONDS": WORKER_QUERY_SECONDS,
+    }
+    worker_cmd = worker_command(options.pool)
+    worker = _record(
+        state, start_process("worker", worker_cmd, worker_env, logs / "worker.log", cwd)
+    )
+    _wait_until(
+        worker,
+        lambda: bool(pool_workers(state.prefect_api_url, options.pool)),
+        deadline,
+        f"the worker of pool {options.pool!r}",
+    )
 
 
 def _record(state: StackState, part: Part, url: str | None = None, port: int | None = None) -> Part:

@@ -161,31 +161,45 @@ def build_trainer(
         train_fn,
         train_loop_config=settings,
         dataset_config=ray.train.DataConfig(execution_options=ingest),
-        scaling_config=ray.train.ScalingConfig(
-            num_workers=workers,
-            use_gpu=train.use_gpu,
-            resources_per_worker=dict(train.resources_per_worker),
-            placement_strategy=train.placement_strategy,
-            elastic_resize_monitor_interval_s=train.elastic_resize_interval_s,
-        ),
+        scaling_config=_scaling_config(train, workers),
         torch_config=cluster.torch_config(train.torch_backend, train.timeout_s),
         # On several nodes the cached blocks may sit on a node that dies; Train's dataset
         # manager only borrows them, so Ray cannot rebuild them and every restart fails
         # (OBJECT_UNRECONSTRUCTABLE_BORROWED). Streaming from storage survives node loss.
         datasets=datasets,
-        run_config=ray.train.RunConfig(
-            # A deterministic name under the run's storage: a re-run with the same run id resumes.
-            name=name,
-            storage_path=storage_path,
-            storage_filesystem=storage_filesystem,
-            checkpoint_config=ray.train.CheckpointConfig(
-                num_to_keep=train.checkpoint.num_to_keep,
-                checkpoint_score_attribute=train.checkpoint.score_attribute,
-                checkpoint_score_order=train.checkpoint.score_order,
-            ),
-            failure_config=ray.train.FailureConfig(max_failures=train.max_failures),
-            callbacks=callbacks or [],
+        run_config=_run_config(train, name, storage_path, storage_filesystem, callbacks),
+    )
+
+
+def _scaling_config(train, workers: int | tuple[int, int]):
+    """Workers (a number, or (min, max) for Train V2's elastic policy), devices and placement."""
+    import ray.train
+
+    return ray.train.ScalingConfig(
+        num_workers=workers,
+        use_gpu=train.use_gpu,
+        resources_per_worker=dict(train.resources_per_worker),
+        placement_strategy=train.placement_strategy,
+        elastic_resize_monitor_interval_s=train.elastic_resize_interval_s,
+    )
+
+
+def _run_config(train, name: str, storage_path: str, storage_filesystem, callbacks):
+    """A deterministic name under the run's storage (a re-run with the same run id resumes),
+    checkpoint retention by the configured score, and Ray Train's worker restarts."""
+    import ray.train
+
+    return ray.train.RunConfig(
+        name=name,
+        storage_path=storage_path,
+        storage_filesystem=storage_filesystem,
+        checkpoint_config=ray.train.CheckpointConfig(
+            num_to_keep=train.checkpoint.num_to_keep,
+            checkpoint_score_attribute=train.checkpoint.score_attribute,
+            checkpoint_score_order=train.checkpoint.score_order,
         ),
+        failure_config=ray.train.FailureConfig(max_failures=train.max_failures),
+        callbacks=callbacks or [],
     )
 
 
