@@ -223,14 +223,14 @@ def test_loop_resume_refuses_an_unsafe_checkpoint(unsafe_checkpoint):
 
 
 def test_evaluate_and_promote_loads_refuse_an_unsafe_checkpoint(unsafe_checkpoint):
-    from tasks.stages import _load_checkpoint_state
     from training.loop.checkpoint import load_model_state
+    from training.stages.evaluate import load_checkpoint_state
 
     directory, marker = unsafe_checkpoint
     with pytest.raises(UnsafeCheckpointError):
         load_model_state(str(directory / "state.pt"))
     with pytest.raises(UnsafeCheckpointError):  # the evaluate and promote tasks' loader
-        _load_checkpoint_state(load_config(None), str(directory))
+        load_checkpoint_state(load_config(None), str(directory))
     assert not marker.exists()
 
 

@@ -1,0 +1,100 @@
+"""Stage 5: the evaluated model logged and registered as a new version (alias ``challenger``);
+the gate moves ``champion`` to it only if it wins."""
+
+from __future__ import annotations
+
+import tempfile
+
+from training import progress
+from training.config import PipelineConfig
+from training.loop.checkpoint import save_state
+from training.manifest import Manifest
+from training.stages.evaluate import Evaluated
+from training.stages.train import Trained
+from training.summary import ModelSummary
+from training.tracking import lineage, registry, store
+from training.tune.outcome import SweepOutcome
+
+
+def how_chosen(sweep: SweepOutcome | None) -> str:
+    """How the trained configuration was chosen, for the model version's description."""
+    if sweep is None or not sweep.best_trial_id:
+        return "configuration as given (no sweep)"
+    params = ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sweep.best_params.items()
+    )
+    return (
+        f"best of {len(sweep.trials)} ASHA trials (trial {sweep.best_trial_id}, "
+        f"{sweep.metric}={sweep.best_metric:.4f}; {params})"
+    )
+
+
+def promote(
+    config: PipelineConfig,
+    manifest: Manifest,
+    trained: Trained,
+    evaluated: Evaluated,
+    parent_run: str,
+    sweep: SweepOutcome | None = None,
+    run_id: str | None = None,
+) -> ModelSummary:
+    """Log the pyfunc model, register a version, alias challenger; champion only if it wins."""
+    tracker = store.configure(config)
+    metrics = evaluated.result.metrics
+    metric = config.mlflow.gate.metric
+    description = (
+        f"{config.model.kind} trained on {manifest.source} (data {manifest.fingerprint}); "
+        f"chosen as the {how_chosen(sweep)}; {metric}={metrics[metric]:.4f} on the test "
+        "split's raw rows through this pyfunc model"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        version = registry.log_and_register_model(
+            tracker,
+            trained.run_id,
+            save_state(evaluated.state, tmp),
+            evaluated.example,
+            description=description,
+            tags={
+                **lineage.version_tags(config, manifest, trained.run_id, parent_run, run_id),
+                **{k: f"{v:.6g}" for k, v in metrics.items()},
+            },
+        )
+    decision = registry.promote(tracker, version["version"], metrics[metric])
+    champion_value = decision["champion_value"]
+    against = f" vs champion {champion_value:.4f}" if champion_value is not None else ""
+    registry.describe_model(
+        tracker,
+        f"{description}; gate on {metric}: {decision['decision']} "
+        f"({metrics[metric]:.4f}{against}; pipeline run {parent_run})",
+        version=version["version"],
+    )
+    registry.describe_model(tracker, _registry_page(config, manifest, version["name"]))
+    tracker.set_tags(
+        parent_run, {"model_version": version["version"], "gate": decision["decision"]}
+    )
+    progress.report(
+        "promote",
+        f"{version['name']} version {version['version']}: {decision['decision']} "
+        f"(champion: version {decision['champion_version']})",
+        decision=decision["decision"],
+    )
+    return ModelSummary(**version, **decision)
+
+
+def _registry_page(config: PipelineConfig, manifest: Manifest, name: str) -> str:
+    """The registered model's description: what the model is, and what the aliases mean."""
+    metric = config.mlflow.gate.metric
+    outputs = (
+        "the predicted number in a `prediction` column"
+        if manifest.spec.is_regression
+        else "the predicted label and one probability per class"
+    )
+    return (
+        f"{config.model.kind} {manifest.spec.task} model trained by trainflow on "
+        f"{manifest.source}. "
+        f"Alias `{registry.CHAMPION}`: the version in use; `{registry.CHALLENGER}`: the latest "
+        f"candidate. Each version is tagged with its source run, data fingerprint, config "
+        f"hash, git commit, test metrics and the gate's decision ({metric}). An MLflow pyfunc: "
+        f"`mlflow.pyfunc.load_model('models:/{name}@{registry.CHAMPION}')"
+        f".predict(raw_table)` returns {outputs} (docs/serving.md)."
+    )
