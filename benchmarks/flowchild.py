@@ -69,7 +69,7 @@ def instrument(spans: dict) -> list[str]:
     from training.stages import evaluate as evaluate_stage
     from training.stages import sweep as sweep_stage
     from training.stages import train as train_stage
-    from training.tracking import registry, runs, store
+    from training.tracking import flavour, registry, runs, store
 
     missing: list[str] = []
     # The flow itself stays untouched (Prefect validates its parameters against ``flow.fn``'s
@@ -99,7 +99,7 @@ def instrument(spans: dict) -> list[str]:
     _wrap(sweep_stage, "run_sweep", spans, "lib:sweep", missing)
     _wrap(train_stage, "train_final", spans, "lib:train", missing)
     _wrap(evaluate_stage, "evaluate_model", spans, "lib:evaluate", missing)
-    _wrap(registry, "log_and_register_model", spans, "lib:promote", missing)
+    _wrap(flavour, "log_model", spans, "lib:promote", missing)
     _wrap(registry, "promote", spans, "lib:promote", missing)
     _wrap(runs.Tracker, "start_parent_run", spans, "mlflow:parent_run", missing)
     _wrap(cluster, "connect", spans, "ray:connect", missing)

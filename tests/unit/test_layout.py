@@ -62,7 +62,7 @@ WORKER_MODULES = [
     "training.loop.checkpoint",
     "training.loop.trainer",  # a multi-worker trial builds its TorchTrainer on a worker
     "training.model.networks",
-    "training.model.serving",
+    "training.tracking.flavour",  # the model loaded in a scoring actor
     "training.inference.predictor",  # the Ray Data actor that scores batches
     "training.tune.sweep",  # the trial functions
     "training.storage",

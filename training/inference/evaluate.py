@@ -25,7 +25,7 @@ from training.inference.predictor import (
 )
 from training.manifest import FeatureSpec, Manifest
 from training.metrics import regression_metrics
-from training.tracking import pyfunc
+from training.tracking import flavour
 
 #: Rows of a regression's (actual, predicted) pairs kept for the report's plots.
 PLOT_POINTS = 2000
@@ -125,13 +125,13 @@ def evaluate_model(
             f"the model knows classes {classes} but the data has {manifest.spec.classes}; "
             "evaluate on data with the same label column and classes"
         )
-    names = pyfunc.class_columns(list(classes))
+    names = flavour.class_columns(list(classes))
     index = pd.Index(list(classes))
     labels, predictions, probs = [], [], []
     with our_errors():
         for batch in _scored_batches(files, manifest, split, endpoint_url, use_gpu):
             labels.append(batch[TRUE_LABEL].to_numpy())
-            predictions.append(batch[pyfunc.PREDICTION].to_numpy())
+            predictions.append(batch[flavour.PREDICTION].to_numpy())
             probs.append(batch[names].to_numpy(dtype=np.float64))
     if not labels:
         raise DataValidationError(f"the {split} split is empty; use more data or a larger split")
@@ -165,8 +165,7 @@ def evaluate_state(
 ) -> tuple[EvalResult, Scored]:
     """Evaluate a checkpoint's state through the pyfunc model it becomes when registered."""
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = pyfunc.save(state, f"{tmp}/model", raw_example)
-        files = pyfunc.pack(model_dir)
+        files = flavour.pack(flavour.save_model(state, f"{tmp}/model", raw_example))
     classes = FeatureSpec.from_dict(state["spec"]).classes
     return evaluate_model(files, classes, manifest, split, endpoint_url, use_gpu)
 

@@ -20,7 +20,7 @@ from training.inference.evaluate import EvalResult, evaluate_model
 from training.manifest import FeatureSpec, Manifest
 from training.report.plots import evaluation_plots, regression_plots
 from training.stages.connect import connect_ray
-from training.tracking import evaluation, lineage, pyfunc, store
+from training.tracking import evaluation, flavour, lineage, store
 from training.tracking.runs import Tracker
 
 
@@ -62,9 +62,9 @@ def evaluate(
     endpoint = config.storage.endpoint_url
     checkpoint = load_checkpoint_state(config, checkpoint_path)
     state = {k: v for k, v in checkpoint.items() if k != "optimizer"}
-    example = raw_rows(manifest, "test", pyfunc.EXAMPLE_ROWS, endpoint)
+    example = raw_rows(manifest, "test", flavour.EXAMPLE_ROWS, endpoint)
     with tempfile.TemporaryDirectory() as tmp:
-        files = pyfunc.pack(pyfunc.save(state, f"{tmp}/model", example))
+        files = flavour.pack(flavour.save_model(state, f"{tmp}/model", example))
     classes = FeatureSpec.from_dict(state["spec"]).classes
     result, scored = evaluate_model(
         files, classes, manifest, "test", endpoint, use_gpu=config.train.use_gpu

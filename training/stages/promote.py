@@ -12,7 +12,7 @@ from training.manifest import Manifest
 from training.stages.evaluate import Evaluated
 from training.stages.train import Trained
 from training.summary import ModelSummary
-from training.tracking import lineage, registry, store
+from training.tracking import flavour, lineage, registry, store
 from training.tune.outcome import SweepOutcome
 
 
@@ -39,7 +39,6 @@ def promote(
     run_id: str | None = None,
 ) -> ModelSummary:
     """Log the pyfunc model, register a version, alias challenger; champion only if it wins."""
-    tracker = store.configure(config)
     metrics = evaluated.result.metrics
     metric = config.mlflow.gate.metric
     description = (
@@ -47,8 +46,10 @@ def promote(
         f"chosen as the {how_chosen(sweep)}; {metric}={metrics[metric]:.4f} on the test "
         "split's raw rows through this pyfunc model"
     )
+    page = _registry_page(config, manifest)
+    tracker = store.configure(config)
     with tempfile.TemporaryDirectory() as tmp:
-        version = registry.log_and_register_model(
+        version = flavour.log_model(
             tracker,
             trained.run_id,
             save_state(evaluated.state, tmp),
@@ -59,31 +60,42 @@ def promote(
                 **{k: f"{v:.6g}" for k, v in metrics.items()},
             },
         )
-    decision = registry.promote(tracker, version["version"], metrics[metric])
-    champion_value = decision["champion_value"]
+    registry.describe_model(tracker, page)
+    gate = registry.promote(tracker, version.version, metrics[metric])
+    champion_value = gate["champion_value"]
     against = f" vs champion {champion_value:.4f}" if champion_value is not None else ""
     registry.describe_model(
         tracker,
-        f"{description}; gate on {metric}: {decision['decision']} "
+        f"{description}; gate on {metric}: {gate['decision']} "
         f"({metrics[metric]:.4f}{against}; pipeline run {parent_run})",
-        version=version["version"],
+        version=version.version,
     )
-    registry.describe_model(tracker, _registry_page(config, manifest, version["name"]))
-    tracker.set_tags(
-        parent_run, {"model_version": version["version"], "gate": decision["decision"]}
-    )
+    tracker.set_tags(parent_run, {"model_version": version.version, "gate": gate["decision"]})
     progress.report(
         "promote",
-        f"{version['name']} version {version['version']}: {decision['decision']} "
-        f"(champion: version {decision['champion_version']})",
-        decision=decision["decision"],
+        f"{version.name} version {version.version}: {gate['decision']} "
+        f"(champion: version {gate['champion_version']})",
+        decision=gate["decision"],
     )
-    return ModelSummary(**version, **decision)
+    return ModelSummary(
+        name=version.name,
+        version=version.version,
+        model_uri=version.model_uri,
+        logged_model_uri=version.logged_model_uri,
+        source_run_id=version.source_run_id,
+        state_file=version.state_file,
+        decision=gate["decision"],
+        champion_version=gate["champion_version"],
+        challenger_version=gate["challenger_version"],
+        challenger_value=gate["challenger_value"],
+        champion_value=gate["champion_value"],
+        aliases=gate["aliases"],
+    )
 
 
-def _registry_page(config: PipelineConfig, manifest: Manifest, name: str) -> str:
+def _registry_page(config: PipelineConfig, manifest: Manifest) -> str:
     """The registered model's description: what the model is, and what the aliases mean."""
-    metric = config.mlflow.gate.metric
+    metric, name = config.mlflow.gate.metric, config.mlflow.registered_model
     outputs = (
         "the predicted number in a `prediction` column"
         if manifest.spec.is_regression
