@@ -98,24 +98,31 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     return summary
 
 
+def _preprocess(config, tracker, parent, layout: StorageLayout):
+    """Inspect, preprocess (reused while its cached files exist), record: (manifest, cached,
+    the config that follows the data's task)."""
+    data = stages.inspect_data(config)
+    manifest_uri = join(layout.data_dir(data.fingerprint), "manifest.json")
+    # A cached Prefect result is only good while its files exist.
+    refresh = not exists(manifest_uri, config.storage.endpoint_url)
+    state = stages.preprocess.with_options(refresh_cache=refresh or None)(
+        config, data.fingerprint, data.files, return_state=True
+    )
+    manifest, cached = state.result(), state.name == "Cached"
+    get_run_logger().info(
+        "preprocess: %s (fingerprint %s, rows %s)",
+        "reused cached output, nothing recomputed" if cached else "computed",
+        data.fingerprint,
+        manifest.rows,
+    )
+    prepared = preprocess_stage.record(config, tracker, parent, manifest, cached)
+    return manifest, cached, prepared.config
+
+
 def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummary:
     layout = StorageLayout.from_config(config)
     with clock.stage("preprocess"):
-        data = stages.inspect_data(config)
-        manifest_uri = join(layout.data_dir(data.fingerprint), "manifest.json")
-        # A cached Prefect result is only good while its files exist.
-        refresh = not exists(manifest_uri, config.storage.endpoint_url)
-        state = stages.preprocess.with_options(refresh_cache=refresh or None)(
-            config, data.fingerprint, data.files, return_state=True
-        )
-        manifest, cached = state.result(), state.name == "Cached"
-        get_run_logger().info(
-            "preprocess: %s (fingerprint %s, rows %s)",
-            "reused cached output, nothing recomputed" if cached else "computed",
-            data.fingerprint,
-            manifest.rows,
-        )
-        config = preprocess_stage.record(config, tracker, parent, manifest, cached).config
+        manifest, cached, config = _preprocess(config, tracker, parent, layout)
 
     best_config, sweep_outcome = config, None
     if config.sweep.enabled:

@@ -39,13 +39,9 @@ def promote(
     run_id: str | None = None,
 ) -> ModelSummary:
     """Log the pyfunc model, register a version, alias challenger; champion only if it wins."""
-    metrics = evaluated.result.metrics
-    metric = config.mlflow.gate.metric
-    description = (
-        f"{config.model.kind} trained on {manifest.source} (data {manifest.fingerprint}); "
-        f"chosen as the {how_chosen(sweep)}; {metric}={metrics[metric]:.4f} on the test "
-        "split's raw rows through this pyfunc model"
-    )
+    # Every text first: the MLflow calls follow, and the stage's outcome is the last step.
+    metrics, metric = evaluated.result.metrics, config.mlflow.gate.metric
+    description = _version_description(config, manifest, metrics, sweep)
     page = _registry_page(config, manifest)
     tracker = store.configure(config)
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,6 +86,18 @@ def promote(
         challenger_value=gate["challenger_value"],
         champion_value=gate["champion_value"],
         aliases=gate["aliases"],
+    )
+
+
+def _version_description(
+    config: PipelineConfig, manifest: Manifest, metrics: dict[str, float], sweep
+) -> str:
+    """The version's description: what was trained on what, how it was chosen, its score."""
+    metric = config.mlflow.gate.metric
+    return (
+        f"{config.model.kind} trained on {manifest.source} (data {manifest.fingerprint}); "
+        f"chosen as the {how_chosen(sweep)}; {metric}={metrics[metric]:.4f} on the test "
+        "split's raw rows through this pyfunc model"
     )
 
 
