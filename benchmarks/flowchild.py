@@ -9,9 +9,9 @@ what they do, the functions whose time B4 separates from the orchestration:
   call and the body;
 - each stage task's body (``Task.fn`` of ``tasks.stages``): Prefect's task machinery lies
   between the stage's wall time (the flow's ``StageClock``) and its body;
-- inside the bodies, the library calls (``preprocessing.preprocess``, ``run_sweep``,
-  ``train_final``, ``evaluate_state``, model logging/registration), Ray start/stop and MLflow
-  set-up.
+- inside the bodies (``training.stages``), the library calls (``preprocessing.preprocess``,
+  ``run_sweep``, ``train_final``, ``evaluate_model``, model logging/registration), Ray
+  start/stop and MLflow set-up.
 
 Every wrapped call appends ``(start, end)`` wall-clock stamps; they are written to the timings
 file when the CLI returns (a killed run writes nothing).
@@ -66,7 +66,10 @@ def instrument(spans: dict) -> list[str]:
     import tasks.stages as stages
     from training.data import preprocess as preprocessing
     from training.platform import cluster
-    from training.tracking import registry, runs, store
+    from training.stages import evaluate as evaluate_stage
+    from training.stages import sweep as sweep_stage
+    from training.stages import train as train_stage
+    from training.tracking import flavour, registry, runs, store
 
     missing: list[str] = []
     # The flow itself stays untouched (Prefect validates its parameters against ``flow.fn``'s
@@ -93,10 +96,10 @@ def instrument(spans: dict) -> list[str]:
             continue
         _wrap(task, "fn", spans, f"task:{name}", missing)
     _wrap(preprocessing, "preprocess", spans, "lib:preprocess", missing)
-    _wrap(stages, "run_sweep", spans, "lib:sweep", missing)
-    _wrap(stages, "train_final", spans, "lib:train", missing)
-    _wrap(stages, "evaluate_state", spans, "lib:evaluate", missing)
-    _wrap(registry, "log_and_register_model", spans, "lib:promote", missing)
+    _wrap(sweep_stage, "run_sweep", spans, "lib:sweep", missing)
+    _wrap(train_stage, "train_final", spans, "lib:train", missing)
+    _wrap(evaluate_stage, "evaluate_model", spans, "lib:evaluate", missing)
+    _wrap(flavour, "log_model", spans, "lib:promote", missing)
     _wrap(registry, "promote", spans, "lib:promote", missing)
     _wrap(runs.Tracker, "start_parent_run", spans, "mlflow:parent_run", missing)
     _wrap(cluster, "connect", spans, "ray:connect", missing)

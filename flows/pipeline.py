@@ -19,8 +19,9 @@ from training.platform import cluster, signals
 from training.platform.secrets import redact
 from training.report.html import report_html, report_plots
 from training.report.markdown import report_markdown, summary_markdown
+from training.stages import preprocess as preprocess_stage
 from training.storage import StorageLayout, exists, join
-from training.summary import DataSummary, MlflowSummary, ModelSummary, RunSummary
+from training.summary import DataSummary, MlflowSummary, RunSummary
 from training.tracking import store, ui
 from training.tracking.runs import STAGE_TAG
 
@@ -98,44 +99,31 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     return summary
 
 
+def _preprocess(config, tracker, parent, layout: StorageLayout):
+    """Inspect, preprocess (reused while its cached files exist), record: (manifest, cached,
+    the config that follows the data's task)."""
+    data = stages.inspect_data(config)
+    manifest_uri = join(layout.data_dir(data.fingerprint), "manifest.json")
+    # A cached Prefect result is only good while its files exist.
+    refresh = not exists(manifest_uri, config.storage.endpoint_url)
+    state = stages.preprocess.with_options(refresh_cache=refresh or None)(
+        config, data.fingerprint, data.files, return_state=True
+    )
+    manifest, cached = state.result(), state.name == "Cached"
+    get_run_logger().info(
+        "preprocess: %s (fingerprint %s, rows %s)",
+        "reused cached output, nothing recomputed" if cached else "computed",
+        data.fingerprint,
+        manifest.rows,
+    )
+    prepared = preprocess_stage.record(config, tracker, parent, manifest, cached)
+    return manifest, cached, prepared.config
+
+
 def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummary:
     layout = StorageLayout.from_config(config)
     with clock.stage("preprocess"):
-        files, fingerprint = stages.inspect_data(config)
-        manifest_uri = join(layout.data_dir(fingerprint), "manifest.json")
-        # A cached Prefect result is only good while its files exist.
-        refresh = not exists(manifest_uri, config.storage.endpoint_url)
-        state = stages.preprocess.with_options(refresh_cache=refresh or None)(
-            config, fingerprint, files, return_state=True
-        )
-        manifest = state.result()
-        cached = state.name == "Cached"
-        get_run_logger().info(
-            "preprocess: %s (fingerprint %s, rows %s)",
-            "reused cached output, nothing recomputed" if cached else "computed",
-            fingerprint,
-            manifest.rows,
-        )
-        spec = manifest.spec
-        tracker.set_tags(
-            parent,
-            {
-                "data_fingerprint": fingerprint,
-                "preprocess_cached": cached,
-                "trainflow.task": spec.task,
-                "trainflow.task_reason": manifest.task_reason or f"data.task={spec.task}",
-            },
-        )
-        tracker.log_text(parent, manifest.to_json(), "manifest.json")
-        # The metrics the sweep ranks, checkpoints keep and the gate compares follow the task.
-        # (a regression's are its RMSE where the config names accuracy: metrics.follow_task)
-        config = config.with_overrides({"data.task": spec.task})
-        progress.report(
-            "preprocess",
-            f"{sum(manifest.rows.values()):,} rows; task: {spec.task} "
-            f"({manifest.task_reason or 'data.task'})",
-            task=spec.task,
-        )
+        manifest, cached, config = _preprocess(config, tracker, parent, layout)
 
     best_config, sweep_outcome = config, None
     if config.sweep.enabled:
@@ -143,21 +131,14 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
             sweep_outcome = stages.sweep(config, manifest, run_id, parent)
             best_config = config.with_overrides(sweep_outcome.best_params)
     with clock.stage("train"):
-        train_outcome, train_run = stages.train(best_config, manifest, run_id, parent)
+        trained = stages.train(best_config, manifest, run_id, parent)
     with clock.stage("evaluate"):
-        eval_result = stages.evaluate(best_config, manifest, train_outcome.checkpoint_path, parent)
+        evaluated = stages.evaluate(best_config, manifest, trained.outcome.checkpoint_path, parent)
     # Nothing after evaluation uses Ray: it stops while the model is promoted and reported.
     cluster.shutdown_soon()
     with clock.stage("promote"):
         model = stages.promote(
-            best_config,
-            manifest,
-            train_outcome,
-            train_run,
-            eval_result,
-            parent,
-            chosen_by=stages.how_chosen(sweep_outcome),
-            run_id=run_id,
+            best_config, manifest, trained, evaluated, parent, sweep_outcome, run_id=run_id
         )
 
     summary = RunSummary(
@@ -169,22 +150,22 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
             preprocess_cached=cached,
         ),
         sweep=sweep_outcome,
-        test_metrics=eval_result.metrics,
+        test_metrics=evaluated.result.metrics,
         mlflow=MlflowSummary(
             tracking_uri=redact(tracker.tracking_uri),
             experiment=config.mlflow.experiment,
             experiment_id=tracker.experiment_id,
             parent_run_id=parent,
-            train_run_id=train_run,
+            train_run_id=trained.run_id,
             ui_command=ui.command(tracker),
         ),
-        model=ModelSummary(**model),
-        checkpoint=train_outcome.checkpoint_path,
+        model=model,
+        checkpoint=trained.outcome.checkpoint_path,
         storage=layout.runs_dir(run_id),
         stage_seconds=clock.seconds,
     )
     summary.report = _publish_report(
-        config, tracker, parent, summary, train_outcome.history, eval_result
+        config, tracker, parent, summary, trained.outcome.history, evaluated.result
     )
     tracker.log_dict(parent, summary.to_dict(), "summary.json")
     return summary

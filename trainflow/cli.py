@@ -172,23 +172,11 @@ def config_show(
 
 
 def _model_files(config, model_uri: str) -> tuple[dict[str, bytes], list[Any]]:
-    """The MLflow model's files (packed for Ray workers) and its classes: a ``models:/`` or
-    ``runs:/`` URI's own files, or a checkpoint directory saved as the same pyfunc model."""
-    import tempfile
+    """The model's files (packed for Ray workers) and its classes, resolved by the flavour."""
+    from training.tracking import flavour
 
-    from training.loop.checkpoint import load_model_state
-    from training.tracking import pyfunc, registry, store
-
-    local = Path(model_uri)
-    with tempfile.TemporaryDirectory() as tmp:
-        if local.exists():
-            state = load_model_state(str(local))  # weights_only: refuses unsafe checkpoints
-            model_dir = Path(pyfunc.save(state, f"{tmp}/model"))
-        else:
-            state_file = registry.model_files(store.configure(config), model_uri, dst_path=tmp)
-            state = load_model_state(str(state_file))
-            model_dir = state_file.parent.parent
-        return pyfunc.pack(str(model_dir)), list(state["spec"]["classes"])
+    packed = flavour.resolve(config, model_uri)
+    return packed.files, packed.classes
 
 
 @app.command()

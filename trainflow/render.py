@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from training.report.trials import count_fates, fmt, format_value
+from training.report.trials import fmt
+from training.tune.trials import count_fates, format_value
 
 if TYPE_CHECKING:
     from training.summary import RunSummary

@@ -17,7 +17,7 @@ pytestmark = [
 def test_the_scoring_actor_on_cuda_scores_as_on_the_cpu(tmp_path):
     from training.inference.predictor import PyfuncPredictor, device_of
     from training.model.trainflow_pyfunc.networks import build_network
-    from training.tracking import pyfunc
+    from training.tracking import flavour
 
     rng = np.random.default_rng(0)
     frame = pd.DataFrame({"a": rng.normal(size=512), "b": rng.normal(size=512)})
@@ -35,7 +35,7 @@ def test_the_scoring_actor_on_cuda_scores_as_on_the_cpu(tmp_path):
     torch.manual_seed(0)
     state = {"model": build_network(config, [2], 2).state_dict(), "spec": spec}
     state["model_config"] = config
-    files = pyfunc.pack(pyfunc.save(state, str(tmp_path / "model"), frame.head(4)))
+    files = flavour.pack(flavour.save_model(state, str(tmp_path / "model"), frame.head(4)))
 
     on_gpu = PyfuncPredictor(files, label_column="y", device=device_of(True))
     assert on_gpu.model.unwrap_python_model().device.type == "cuda"

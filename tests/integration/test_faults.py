@@ -161,6 +161,7 @@ def test_sigkilled_worker_resumes_mid_epoch_in_one_mlflow_run(
     manifest, layout, tmp_path, monkeypatch
 ):
     from tasks import stages
+    from training.stages import train as train_stage
     from training.tracking import store
 
     every_n = 5
@@ -179,13 +180,14 @@ def test_sigkilled_worker_resumes_mid_epoch_in_one_mlflow_run(
         after_checkpoint=after,
     )
     monkeypatch.setattr(
-        stages, "train_final", functools.partial(train_final, train_fn=_faulty_worker)
+        train_stage, "train_final", functools.partial(train_final, train_fn=_faulty_worker)
     )
     tracker = store.configure(config)
     parent = tracker.start_parent_run("sigkill-run")
 
     killer = _kill_when_ready(fault_dir)
-    outcome, train_run = stages.train.fn(config, manifest, "sigkill", parent)
+    trained = stages.train.fn(config, manifest, "sigkill", parent)
+    outcome, train_run = trained.outcome, trained.run_id
     killer.join(timeout=1)
 
     killed_pid = int((fault_dir / "killed").read_text())

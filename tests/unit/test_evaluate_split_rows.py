@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from training.config import SplitConfig
+from training.data import splits
 from training.data.rows import output_rows
-from training.inference import evaluate
 from training.manifest import SAMPLE_ID, FeatureSpec
 
 COLUMNS = ["a", "b", "c"]
@@ -31,13 +31,13 @@ def test_arrow_batches_find_the_rows_preprocessing_wrote_to_the_split(split):
     expected = written.loc[written["split"] == split, SAMPLE_ID].tolist()
     kwargs = {"spec": SPEC.to_dict(), "split_config": SPLIT.model_dump(), "split": split}
 
-    found = evaluate._arrow_rows_of_split(pa.Table.from_pandas(raw), **kwargs)
+    found = splits._arrow_rows_of_split(pa.Table.from_pandas(raw), **kwargs)
 
     assert isinstance(found, pa.Table)  # stays Arrow: Ray Data's fast path
     assert found.column_names == [*COLUMNS, "label"]  # the user's own columns, as read
     assert 0 < found.num_rows < len(raw)
     # The same rows, in the same order, as the pandas path and as preprocessing's split.
-    pandas_found = evaluate._rows_of_split(raw, **kwargs)
+    pandas_found = splits._rows_of_split(raw, **kwargs)
     assert found.to_pandas().equals(pandas_found)
     again = output_rows(found.to_pandas(), SPEC, SPLIT).to_pandas()
     assert again[SAMPLE_ID].tolist() == expected
@@ -55,4 +55,4 @@ def test_arrow_batches_find_the_rows_preprocessing_wrote_to_the_split(split):
 )
 def test_batches_of_raw_rows_are_bounded_in_rows_and_bytes(features, most, budget, expected):
     spec = FeatureSpec("label", [0, 1], [features], [0.0], [1.0], feature_columns=["x"])
-    assert evaluate.batch_rows(spec, most, budget) == expected
+    assert splits.batch_rows(spec, most, budget) == expected

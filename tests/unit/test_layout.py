@@ -47,6 +47,13 @@ REQUIRED = [
     "training.report.html",
     "training.report.markdown",
     "training.tracking.gate",
+    "training.tune.trials",
+    "training.data.splits",
+    "training.stages.preprocess",
+    "training.stages.sweep",
+    "training.stages.train",
+    "training.stages.evaluate",
+    "training.stages.promote",
 ]
 # The modules a Ray worker imports: none of them may pull in prefect.
 WORKER_MODULES = [
@@ -60,7 +67,7 @@ WORKER_MODULES = [
     "training.loop.checkpoint",
     "training.loop.trainer",  # a multi-worker trial builds its TorchTrainer on a worker
     "training.model.networks",
-    "training.model.serving",
+    "training.tracking.flavour",  # the model loaded in a scoring actor
     "training.inference.predictor",  # the Ray Data actor that scores batches
     "training.tune.sweep",  # the trial functions
     "training.storage",
@@ -85,6 +92,10 @@ MLFLOW_FREE = {"training.tracking.gate"}
 # installed: nothing but the standard library, these packages and its own modules.
 SHIPPED = "training.model.trainflow_pyfunc"
 SHIPPED_MAY_IMPORT = {"torch", "numpy", "pandas", "mlflow"}
+
+# The stages sit at the top of training/: each uses the rooms below (data, tune, loop, inference,
+# model, tracking, report) and none of them uses a stage; only tasks/ calls them.
+STAGES = "training.stages"
 
 SUBPROCESS_TIMEOUT_S = 300
 
@@ -395,6 +406,41 @@ def test_bottom_of_training_imports_only_the_bottom():
         f"{sorted(TRAINING_BOTTOM)} sit at the bottom of training/ and import only each other: "
         + "; ".join(violations)
     )
+
+
+def test_stages_sit_at_the_top_of_training():
+    violations = []
+    for path in package_files("training"):
+        module = module_name(path)
+        if in_package(module, STAGES):
+            continue
+        violations += [
+            f"{module} imports {name}"
+            for name in imported_modules(path)
+            if in_package(name, STAGES)
+        ]
+    assert not violations, f"{STAGES} is the top of training/; nothing below imports it: " + (
+        "; ".join(violations)
+    )
+
+
+def test_tasks_call_training_through_the_stages():
+    """A task is a decorator and one call: what it calls is a stage, not the rooms below."""
+    allowed = {
+        STAGES,
+        "training.config",
+        "training.manifest",
+        "training.storage",
+        "training.summary",
+        "training.tune.outcome",
+        "training.errors",
+    }
+    found = []
+    for path in package_files("tasks"):
+        for name in imported_modules(path):
+            if top(name) == "training" and not any(in_package(name, a) for a in allowed):
+                found.append(f"{module_name(path)} imports {name}")
+    assert not found, "tasks/ reaches past training.stages: " + "; ".join(found)
 
 
 def test_the_import_checker_resolves_every_form():

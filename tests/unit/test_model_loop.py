@@ -18,7 +18,7 @@ from training.loop.checkpoint import load_state, save_state
 from training.loop.loop import loop_config, run_loop
 from training.manifest import FeatureSpec
 from training.model.networks import CNN, MLP, build_model
-from training.model.serving import model_from_state
+from training.tracking.flavour import network_from_state
 
 
 @pytest.mark.parametrize(
@@ -164,10 +164,10 @@ def test_checkpoint_round_trip_rebuilds_the_same_model(tmp_path):
     _, state = ctx.reports[-1]
     save_state(state, str(tmp_path))
     loaded = load_state(str(tmp_path))
-    model, spec = model_from_state(loaded)
+    model, spec = network_from_state(loaded)
     assert spec == SPEC
     x = _toy_data()[0][:5]
-    reference, _ = model_from_state(state)
+    reference, _ = network_from_state(state)
     assert torch.equal(model(x), reference(x))
     assert model(x).shape == (5, 3)
 
@@ -223,14 +223,14 @@ def test_loop_resume_refuses_an_unsafe_checkpoint(unsafe_checkpoint):
 
 
 def test_evaluate_and_promote_loads_refuse_an_unsafe_checkpoint(unsafe_checkpoint):
-    from tasks.stages import _load_checkpoint_state
     from training.loop.checkpoint import load_model_state
+    from training.stages.evaluate import load_checkpoint_state
 
     directory, marker = unsafe_checkpoint
     with pytest.raises(UnsafeCheckpointError):
         load_model_state(str(directory / "state.pt"))
     with pytest.raises(UnsafeCheckpointError):  # the evaluate and promote tasks' loader
-        _load_checkpoint_state(load_config(None), str(directory))
+        load_checkpoint_state(load_config(None), str(directory))
     assert not marker.exists()
 
 

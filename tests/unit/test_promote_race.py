@@ -148,7 +148,7 @@ def test_promote_step_rerun_after_a_crash_registers_no_duplicate(store, tmp_path
     import mlflow
     import torch
 
-    from training.tracking import registry
+    from training.tracking import flavour, registry
     from training.tracking.store import configure
 
     name = "rerun-model"
@@ -159,8 +159,8 @@ def test_promote_step_rerun_after_a_crash_registers_no_duplicate(store, tmp_path
     torch.save(trainflow_state(), state)
 
     def step():
-        info = registry.log_and_register_model(tracker, run, str(state), raw_rows(3), "m")
-        return info, registry.promote(tracker, info["version"], 0.9)
+        info = flavour.log_model(tracker, run, str(state), raw_rows(3), "m")
+        return info, registry.promote(tracker, info.version, 0.9)
 
     register = mlflow.register_model
 
@@ -175,8 +175,8 @@ def test_promote_step_rerun_after_a_crash_registers_no_duplicate(store, tmp_path
     again, decision_again = step()  # and once more, as if it crashed after promoting
 
     versions = tracker.client.search_model_versions(f"name = '{name}'")
-    assert [str(v.version) for v in versions] == [info["version"]]
+    assert [str(v.version) for v in versions] == [info.version]
     assert again == info
     assert decision["decision"] == decision_again["decision"] == "first-model"
     champion = tracker.client.get_model_version_by_alias(name, "champion")
-    assert str(champion.version) == info["version"]
+    assert str(champion.version) == info.version

@@ -34,7 +34,7 @@ def _trained_state(spec: dict, model_config: dict, frame: pd.DataFrame) -> dict:
 @pytest.fixture(scope="module")
 def tabular(tmp_path_factory):
     """A table trainflow never saw: spaces in names, an int and a float column, string labels."""
-    from training.tracking import pyfunc
+    from training.tracking import flavour
 
     rng = np.random.default_rng(0)
     n = 120
@@ -52,7 +52,7 @@ def tabular(tmp_path_factory):
         "image_column": None,
     }
     state = _trained_state(spec, MLP, frame)
-    path = pyfunc.save(state, str(tmp_path_factory.mktemp("tab") / "model"), frame.head(8))
+    path = flavour.save_model(state, str(tmp_path_factory.mktemp("tab") / "model"), frame.head(8))
     import mlflow.pyfunc
 
     return {"model": mlflow.pyfunc.load_model(path), "frame": frame, "state": state, "path": path}
@@ -111,11 +111,11 @@ def test_bad_input_is_refused_by_name(tabular, case, change, named):
 
 def test_our_predict_wrapper_names_the_column(tabular):
     from training.errors import DataValidationError
-    from training.tracking import pyfunc
+    from training.tracking import flavour
 
     frame = tabular["frame"].drop(columns=["body mass kg"])
     with pytest.raises(DataValidationError) as excinfo:
-        pyfunc.predict(tabular["model"], frame)
+        flavour.predict(tabular["model"], frame)
     assert "body mass kg" in str(excinfo.value)
     assert len(str(excinfo.value)) < 400  # the error, not a dump of the data
 
@@ -123,7 +123,7 @@ def test_our_predict_wrapper_names_the_column(tabular):
 def test_image_column_and_int_labels(tmp_path):
     import mlflow.pyfunc
 
-    from training.tracking import pyfunc
+    from training.tracking import flavour
 
     rng = np.random.default_rng(1)
     labels = rng.integers(0, 2, 64)
@@ -140,7 +140,7 @@ def test_image_column_and_int_labels(tmp_path):
         "image_column": "pixels grid",
     }
     state = _trained_state(spec, CNN, frame)
-    path = pyfunc.save(state, str(tmp_path / "model"), frame.head(4))
+    path = flavour.save_model(state, str(tmp_path / "model"), frame.head(4))
     model = mlflow.pyfunc.load_model(path)
     out = model.predict(frame.drop(columns=["digit"]))
     assert out["prediction"].dtype == np.int64
@@ -180,7 +180,7 @@ def test_the_batch_predictor_scores_arrow_batches_of_uint8_images(tmp_path):
     import pyarrow as pa
 
     from training.inference.predictor import CONFIDENCE, TRUE_LABEL, PyfuncPredictor
-    from training.tracking import pyfunc
+    from training.tracking import flavour
 
     rng = np.random.default_rng(2)
     labels = rng.integers(0, 2, 64)
@@ -203,8 +203,10 @@ def test_the_batch_predictor_scores_arrow_batches_of_uint8_images(tmp_path):
         "feature_columns": None,
         "image_column": "image",
     }
-    path = pyfunc.save(_trained_state(spec, CNN, frame), str(tmp_path / "model"), frame.head(4))
-    files = pyfunc.pack(path)
+    path = flavour.save_model(
+        _trained_state(spec, CNN, frame), str(tmp_path / "model"), frame.head(4)
+    )
+    files = flavour.pack(path)
 
     evaluated = PyfuncPredictor(files, label_column="digit")(table)
     assert list(evaluated.columns) == ["prediction", "0", "1", TRUE_LABEL]
@@ -252,7 +254,7 @@ def test_a_scoring_actor_holds_a_gpu_only_with_use_gpu(tabular, monkeypatch):
 
     from training.errors import ConfigError
     from training.inference.predictor import PyfuncPredictor, device_of, scoring_actor
-    from training.tracking import pyfunc
+    from training.tracking import flavour
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": 1.0})
     assert scoring_actor(True)["num_gpus"] == 1
@@ -262,7 +264,7 @@ def test_a_scoring_actor_holds_a_gpu_only_with_use_gpu(tabular, monkeypatch):
         scoring_actor(True)  # it would wait for a GPU forever
     assert (device_of(True), device_of(False)) == ("cuda", "cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    files = pyfunc.pack(tabular["path"])
+    files = flavour.pack(tabular["path"])
     assert PyfuncPredictor(files).model.unwrap_python_model().device.type == "cpu"
     on_meta = PyfuncPredictor(files, device="meta").model.unwrap_python_model()
     assert on_meta.device.type == "meta"

@@ -122,7 +122,7 @@ def regression_model(tmp_path_factory):
     import mlflow.pyfunc
 
     from training.model.trainflow_pyfunc.networks import build_network
-    from training.tracking import pyfunc
+    from training.tracking import flavour
 
     spec = _spec().to_dict()
     config = {"kind": "mlp", "hidden_sizes": [8], "dropout": 0.0, "channels": [4], "cnn_hidden": 8}
@@ -130,7 +130,7 @@ def regression_model(tmp_path_factory):
     net = build_network(config, [2], 1).eval()
     state = {"model": net.state_dict(), "spec": spec, "model_config": config}
     frame = _frame(np.linspace(25, 346, 40))
-    path = pyfunc.save(state, str(tmp_path_factory.mktemp("reg") / "model"), frame.head(5))
+    path = flavour.save_model(state, str(tmp_path_factory.mktemp("reg") / "model"), frame.head(5))
     return mlflow.pyfunc.load_model(path), net, frame, path
 
 
@@ -159,10 +159,10 @@ def test_pyfunc_signature_outputs_one_double(regression_model):
 
 def test_batch_predictor_appends_the_number_and_no_confidence(regression_model):
     from training.inference.predictor import CONFIDENCE, TRUE_LABEL, PyfuncPredictor
-    from training.tracking import pyfunc
+    from training.tracking import flavour
 
     model, _, frame, path = regression_model
-    files = pyfunc.pack(path)
+    files = flavour.pack(path)
     scored = PyfuncPredictor(files)(frame.drop(columns=["y"]))
     assert list(scored.columns) == [*FEATURES, "prediction"] and CONFIDENCE not in scored
     expected = model.predict(frame.drop(columns=["y"]))["prediction"]

@@ -20,6 +20,7 @@ from training.report.plots import (
     pyplot,
 )
 from training.summary import DataSummary, MlflowSummary, ModelSummary, RunSummary
+from training.tune import trials as named
 from training.tune.outcome import SweepOutcome, TrialSummary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -121,36 +122,36 @@ def legend_lines(ax) -> list:
 
 
 def test_trial_run_name_has_number_and_params():
-    name = trials.trial_run_name("f3f1c_00003", {"train.lr": 0.0031234, "train.batch_size": 64})
+    name = named.trial_run_name("f3f1c_00003", {"train.lr": 0.0031234, "train.batch_size": 64})
     assert name == "trial 03 · lr=0.0031 bs=64"
-    assert trials.trial_run_name("x_00012", {}, width=3) == "trial 012"
-    assert trials.trial_run_name("weird", {"model.hidden_sizes": [128, 64]}) == (
+    assert named.trial_run_name("x_00012", {}, width=3) == "trial 012"
+    assert named.trial_run_name("weird", {"model.hidden_sizes": [128, 64]}) == (
         "trial weird · hidden=128x64"
     )
-    assert len(trials.trial_run_name("t_00001", {"k": "v" * 400})) == trials.MAX_RUN_NAME
+    assert len(named.trial_run_name("t_00001", {"k": "v" * 400})) == named.MAX_RUN_NAME
 
 
 def test_asha_milestones_mirror_ray():
-    assert trials.asha_milestones(3, 1, 2) == [1, 2]
-    assert trials.asha_milestones(10, 1, 3) == [1, 3, 9]
-    assert trials.asha_milestones(10, 2, 2) == [2, 4, 8]
-    assert trials.asha_milestones(4, 4, 2) == [4]
+    assert named.asha_milestones(3, 1, 2) == [1, 2]
+    assert named.asha_milestones(10, 1, 3) == [1, 3, 9]
+    assert named.asha_milestones(10, 2, 2) == [2, 4, 8]
+    assert named.asha_milestones(4, 4, 2) == [4]
 
 
 def test_fate_detail_names_the_rung():
-    milestones = trials.asha_milestones(4, 1, 2)  # [1, 2, 4]
-    assert trials.fate_detail("stopped-early", 2, 4, milestones) == (
+    milestones = named.asha_milestones(4, 1, 2)  # [1, 2, 4]
+    assert named.fate_detail("stopped-early", 2, 4, milestones) == (
         "stopped by ASHA at rung 2 (iteration 2 of 4)"
     )
-    assert trials.fate_detail("stopped-early", 3, 4, milestones) == (
+    assert named.fate_detail("stopped-early", 3, 4, milestones) == (
         "stopped early at iteration 3 of 4"
     )
-    assert trials.fate_detail("completed", 4, 4, milestones) == "completed all 4 iterations"
-    assert trials.fate_detail("errored", 1, 4, milestones, "boom") == "errored at iteration 1: boom"
+    assert named.fate_detail("completed", 4, 4, milestones) == "completed all 4 iterations"
+    assert named.fate_detail("errored", 1, 4, milestones, "boom") == "errored at iteration 1: boom"
 
 
 def test_trial_rows_and_saving():
-    rows = trials.trial_rows(synthetic_sweep(), ASHA)
+    rows = named.trial_rows(synthetic_sweep(), ASHA)
     assert [r.name for r in rows] == [
         "trial 00 · lr=0.0031 bs=64",
         "trial 01 · lr=0.0002 bs=32",
@@ -161,13 +162,17 @@ def test_trial_rows_and_saving():
     assert [r.best for r in rows] == [True, False, False, False]
     assert rows[1].fate == "stopped by ASHA at rung 1 (iteration 1 of 4)"
     assert [r.trial.trial_id for r in rows] == [t.trial_id for t in synthetic_sweep().trials]
-    assert trials.sweep_saving(synthetic_sweep()) == pytest.approx(0.5)
-    assert trials.sweep_saving(SweepOutcome(None, {}, None, "val_accuracy")) is None
+    assert named.sweep_saving(synthetic_sweep()) == pytest.approx(0.5)
+    assert named.sweep_saving(SweepOutcome(None, {}, None, "val_accuracy")) is None
 
 
 def test_fates_and_swept_params():
     sweep = synthetic_sweep()
-    assert trials.count_fates(sweep.trials) == {"completed": 1, "errored": 1, "stopped-early": 2}
+    assert named.count_fates(sweep.trials) == {
+        "completed": 1,
+        "errored": 1,
+        "stopped-early": 2,
+    }
     assert trials.swept_params(sweep.trials) == ["train.lr", "train.batch_size"]
     assert trials.fmt(0.123456) == "0.1235" and trials.fmt(3) == "3" and trials.fmt(None) == "None"
 
@@ -176,8 +181,8 @@ def test_fates_and_swept_params():
 
 
 def test_sweep_curves_one_series_per_trial_and_stopped_ones_cut_short():
-    rows = trials.trial_rows(synthetic_sweep(), ASHA)
-    fig = sweep_plots.sweep_curves_figure(rows, 4, trials.asha_milestones(4, 1, 2))
+    rows = named.trial_rows(synthetic_sweep(), ASHA)
+    fig = sweep_plots.sweep_curves_figure(rows, 4, named.asha_milestones(4, 1, 2))
     try:
         axes = fig.get_axes()
         assert [ax.get_title() for ax in axes] == ["val_accuracy", "val_loss"]
@@ -199,7 +204,7 @@ def test_sweep_curves_one_series_per_trial_and_stopped_ones_cut_short():
 
 
 def test_asha_rungs_bars_count_trials_alive():
-    rows = trials.trial_rows(synthetic_sweep(), ASHA)
+    rows = named.trial_rows(synthetic_sweep(), ASHA)
     fig = sweep_plots.asha_rungs_figure(rows, 4, [1, 2, 4], 8, 16)
     try:
         ax = fig.get_axes()[0]
@@ -212,7 +217,7 @@ def test_asha_rungs_bars_count_trials_alive():
 
 
 def test_param_metric_scatter_one_series_per_fate():
-    rows = trials.trial_rows(synthetic_sweep(), ASHA)
+    rows = named.trial_rows(synthetic_sweep(), ASHA)
     fig = sweep_plots.param_metric_figure(rows, "train.lr")
     try:
         ax = fig.get_axes()[0]

@@ -15,7 +15,8 @@ from model_states import raw_rows, trainflow_state
 from training.config import GateConfig, MlflowConfig, PipelineConfig
 from training.errors import ModelNotFoundError, ServiceUnreachableError
 from training.storage import default_artifact_root, default_tracking_uri
-from training.tracking.registry import log_and_register_model, model_files, promote
+from training.tracking.flavour import log_model, state_file
+from training.tracking.registry import promote
 
 EXPERIMENT = "trainflow-unit"
 
@@ -54,7 +55,7 @@ def registered(tracker, home):
     own = configure(make_config(registered_model="unit-registered"))
     parent = own.start_parent_run("register", {})
     run = own.start_child_run(parent, "promote", "promote")
-    info = log_and_register_model(
+    info = log_model(
         own, run, str(state_path), raw_rows(), "unit test model", {"data.fingerprint": "abc"}
     )
     return {"tracker": own, "info": info, "run": run, "state": state, "parent": parent}
@@ -408,11 +409,11 @@ def test_log_and_register_model(registered):
     import torch
 
     tracker, info = registered["tracker"], registered["info"]
-    assert info["name"] == "unit-registered"
-    assert info["version"] == "1"
-    assert info["model_uri"] == "models:/unit-registered/1"
-    assert info["source_run_id"] == registered["run"]
-    assert info["state_file"] == "artifacts/state.pt"
+    assert info.name == "unit-registered"
+    assert info.version == "1"
+    assert info.model_uri == "models:/unit-registered/1"
+    assert info.source_run_id == registered["run"]
+    assert info.state_file == "artifacts/state.pt"
     version = tracker.client.get_model_version("unit-registered", "1")
     assert version.description == "unit test model"
     assert version.tags["data.fingerprint"] == "abc"
@@ -420,8 +421,8 @@ def test_log_and_register_model(registered):
     # logging the model must not end the caller's run
     assert tracker.client.get_run(registered["run"]).info.status == "RUNNING"
 
-    for uri in (info["model_uri"], info["logged_model_uri"], f"runs:/{registered['run']}/model"):
-        path = model_files(tracker, uri)
+    for uri in (info.model_uri, info.logged_model_uri, f"runs:/{registered['run']}/model"):
+        path = state_file(tracker, uri)
         assert path.name == "state.pt"
         state = torch.load(path, weights_only=True)
         assert state["spec"]["classes"] == ["setosa", "versicolor", "virginica"]
@@ -434,9 +435,7 @@ def test_log_and_register_model(registered):
 
 def test_register_again_from_same_run_reuses_version(registered, home):
     tracker, info = registered["tracker"], registered["info"]
-    again = log_and_register_model(
-        tracker, registered["run"], str(home / "state.pt"), raw_rows(3), "x", {}
-    )
+    again = log_model(tracker, registered["run"], str(home / "state.pt"), raw_rows(3), "x", {})
     assert again == info
     versions = tracker.client.search_model_versions("name = 'unit-registered'")
     assert [str(v.version) for v in versions] == ["1"]
@@ -455,7 +454,7 @@ def test_registered_model_predicts_any_batch(registered):
     # models:/ URIs resolve through the process-wide registry URI: name the store explicitly,
     # or the test depends on which test last set it.
     with global_uris(registered["tracker"].tracking_uri):
-        model = mlflow.pyfunc.load_model(registered["info"]["model_uri"])
+        model = mlflow.pyfunc.load_model(registered["info"].model_uri)
     batch = raw_rows(7, seed=1)
     state = registered["state"]
     net = build_model(ModelConfig(**state["model_config"]), [4], 3)
@@ -473,7 +472,7 @@ def test_model_files_missing(registered):
     tracker = registered["tracker"]
     for uri in ("models:/unit-registered@nobody", "models:/no-such-model/1"):
         with pytest.raises(ModelNotFoundError) as excinfo:
-            model_files(tracker, uri)
+            state_file(tracker, uri)
         assert uri in str(excinfo.value)
         assert "MLflow UI" in str(excinfo.value)
 
@@ -486,7 +485,7 @@ def _versions(registered, name: str, count: int, **gate) -> tuple:
 
     tracker = configure(make_config(registered_model=name, gate=GateConfig(**gate)))
     mlflow.set_tracking_uri(tracker.tracking_uri)
-    source = registered["info"]["logged_model_uri"]
+    source = registered["info"].logged_model_uri
     versions = [mlflow.register_model(source, name).version for _ in range(count)]
     return tracker, [str(v) for v in versions]
 
@@ -530,7 +529,7 @@ def test_promote_accuracy_gate(registered):
     assert client.get_model_version(name, v1).aliases == []
 
     # the registered model's state file follows the alias
-    assert model_files(tracker, f"models:/{name}@champion").name == "state.pt"
+    assert state_file(tracker, f"models:/{name}@champion").name == "state.pt"
 
 
 def test_promote_loss_gate_lower_is_better(registered):

@@ -25,14 +25,14 @@ ROWS = 48
 
 def _saved(spec: dict, model_config: dict, frame: pd.DataFrame, tmp_path) -> str:
     """The model directory as trainflow saves it (untrained weights: only its input matters)."""
-    from training.tracking import pyfunc
+    from training.tracking import flavour
 
     torch.manual_seed(0)
     outputs = 1 if spec.get("task") == "regression" else len(spec["classes"])
     network = build_network(model_config, spec["input_shape"], outputs, spec.get("task"))
     state = {"model": network.state_dict(), "spec": spec, "model_config": model_config}
     example = frame.drop(columns=[spec["label_column"]]).head(4)
-    return pyfunc.save(state, str(tmp_path / "model"), example)
+    return flavour.save_model(state, str(tmp_path / "model"), example)
 
 
 def _served(spec: dict, model_config: dict, frame: pd.DataFrame, tmp_path):
@@ -155,7 +155,7 @@ def _without(rows: pa.Table | pd.DataFrame, column: str) -> pa.Table | pd.DataFr
 )
 def test_an_image_column_gives_the_network_the_same_tensor(image_model, layout):
     from training.inference.predictor import PyfuncPredictor
-    from training.tracking import pyfunc
+    from training.tracking import flavour
 
     spec, path = image_model
     pixels, labels = _images()
@@ -164,7 +164,7 @@ def test_an_image_column_gives_the_network_the_same_tensor(image_model, layout):
     trained = _trained_on(FeatureSpec.from_dict(spec), batch)
     np.testing.assert_array_equal(trained["label"], labels)
     # Served by the scoring actor `trainflow predict` and evaluate run, on the rows as read.
-    predictor = PyfuncPredictor(pyfunc.pack(path))
+    predictor = PyfuncPredictor(flavour.pack(path))
     served = _network_input(predictor.model, _without(rows, "digit"), predictor)
     _assert_same(served, trained["features"])
     # The shipped code itself on the batch as Ray hands it (Arrow columns stay Arrow; MLflow's

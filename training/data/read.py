@@ -82,6 +82,25 @@ def read_input_here(files: list[str], plan: Plan, endpoint_url: str | None) -> r
     return ray.data.from_arrow(tables)
 
 
+def input_batches(files: list[str], plan: Plan, endpoint_url: str | None):
+    """The input's plan columns as pandas batches, file by file, read here with pyarrow
+    (no Ray): for the few raw rows of a split, or a small split scored in this process."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    for file in files:
+        fs, path = filesystem(file, endpoint_url)
+        if plan.fmt == "parquet":
+            with fs.open_input_file(path) as handle:
+                reader = pq.ParquetFile(handle)
+                for batch in reader.iter_batches(batch_size=4096, columns=plan.columns):
+                    yield batch.to_pandas()
+            continue
+        with fs.open_input_stream(path) as stream:
+            for batch in pacsv.open_csv(stream, **csv_options(plan)):
+                yield batch.to_pandas()
+
+
 def read_raw(files: list[str], fmt: str, endpoint_url: str | None = None) -> ray.data.Dataset:
     """New raw rows (every column) as a Ray Dataset, read like the training input."""
     return _read(files, fmt, endpoint_url, None, {})

@@ -1,8 +1,8 @@
 """The metrics of a held-out split, scored by the pyfunc model on the split's raw rows.
 
-The split's raw rows are found again by the same seeded row hash preprocessing assigned them
-with, so the model sees the table exactly as a user would send it (column names, dtypes) and
-the score is the one any MLflow client would get.
+The split's raw rows come from :mod:`training.data.splits`, so the model sees the table exactly
+as a user would send it (column names, dtypes) and the score is the one any MLflow client would
+get.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from training.data.splits import batch_rows, raw_split, raw_split_here
 from training.errors import DataValidationError
 from training.inference.predictor import (
     TRUE_LABEL,
@@ -24,18 +25,14 @@ from training.inference.predictor import (
 )
 from training.manifest import FeatureSpec, Manifest
 from training.metrics import regression_metrics
-from training.tracking import pyfunc
+from training.tracking import flavour
 
 #: Rows of a regression's (actual, predicted) pairs kept for the report's plots.
 PLOT_POINTS = 2000
-#: Rows per batch, at most, when a split's raw rows are found (hashed) and when they are scored
-#: (1M-row table, 2 cores: the split found in 2.0 s with 65,536-row Arrow batches, 10 s with
-#: 4,096-row pandas ones; MLflow's pyfunc scored 223k rows/s in 4,096-row batches, 43k in 512).
-FIND_BATCH_ROWS = 65_536
-SCORE_BATCH_ROWS = 4096
-#: ... and a batch's float64 feature matrix stays near these sizes (images get fewer rows; a
+#: Rows per scored batch, at most (MLflow's pyfunc scored 223k rows/s in 4,096-row batches, 43k
+#: in 512), and a batch's float64 feature matrix stays near this size (images get fewer rows; a
 #: scored batch also holds the model's activations).
-FIND_BATCH_BYTES = 64 * 1024**2
+SCORE_BATCH_ROWS = 4096
 SCORE_BATCH_BYTES = 16 * 1024**2
 
 
@@ -73,114 +70,6 @@ class Scored:
     predictions: np.ndarray
     probs: np.ndarray
     classes: list[Any] = field(default_factory=list)
-
-
-def _rows_of_split(batch: pd.DataFrame, spec: dict, split_config: dict, split: str):
-    """The rows of a pandas batch that preprocessing assigned to ``split``."""
-    return batch[_in_split(batch, spec, split_config, split)].reset_index(drop=True)
-
-
-def _arrow_rows_of_split(table, spec: dict, split_config: dict, split: str):
-    """``_rows_of_split`` of an Arrow batch, which stays Arrow (Ray Data's fast path): pandas
-    batches of ArrowDtype columns, hashed and rebuilt, took 5x as long (10 s for 1M rows)."""
-    import pyarrow as pa
-
-    return table.filter(pa.array(_in_split(table.to_pandas(), spec, split_config, split)))
-
-
-def _in_split(batch: pd.DataFrame, spec: dict, split_config: dict, split: str) -> np.ndarray:
-    from training.config import SplitConfig
-    from training.data.rows import assign_splits, row_hashes
-
-    cfg = SplitConfig(**split_config)
-    hashes = row_hashes(
-        batch,
-        label_column=spec["label_column"],
-        feature_columns=spec["feature_columns"],
-        image_column=spec["image_column"],
-        seed=cfg.seed,
-    )
-    return assign_splits(hashes, cfg) == split
-
-
-def batch_rows(spec: FeatureSpec, most: int, budget_bytes: int) -> int:
-    """Rows per Ray Data batch of raw rows: ``most``, fewer for wide rows (images), so that a
-    batch's float64 feature matrix stays near ``budget_bytes``."""
-    return max(64, min(most, budget_bytes // (8 * max(1, spec.num_features))))
-
-
-def _input_plan(manifest: Manifest):
-    """(data config, input files, read plan) as preprocessing had them."""
-    from training.config import DataConfig
-    from training.data.inputs import input_format
-    from training.data.schema import Plan
-
-    spec = manifest.spec
-    data = DataConfig(**manifest.preprocessing)
-    files = list(manifest.input_files)
-    plan = Plan(
-        input_format(data, files), spec.label_column, spec.feature_columns, spec.image_column
-    )
-    return data, files, plan
-
-
-def raw_split(manifest: Manifest, split: str, endpoint_url: str | None = None):
-    """The raw rows of one split (the input's own columns), read as preprocessing read them."""
-    from training.data.read import read_input
-
-    spec = manifest.spec
-    data, files, plan = _input_plan(manifest)
-    return read_input(files, plan, endpoint_url).map_batches(
-        _arrow_rows_of_split,
-        fn_kwargs={"spec": spec.to_dict(), "split_config": data.split.model_dump(), "split": split},
-        batch_format="pyarrow",
-        batch_size=batch_rows(spec, FIND_BATCH_ROWS, FIND_BATCH_BYTES),
-    )
-
-
-def raw_rows(manifest: Manifest, split: str, rows: int, endpoint_url: str | None = None):
-    """A few raw rows of a split (the model's input example and signature types).
-
-    Read here with pyarrow, batch by batch, until enough rows of the split turned up: a Ray
-    Data pass for five rows cost seconds of task start-up per call on a small table.
-    """
-    found: list[pd.DataFrame] = []
-    for batch in raw_split_here(manifest, split, endpoint_url):
-        found.append(batch)
-        if sum(len(f) for f in found) >= rows:
-            break
-    if not found:
-        raise DataValidationError(f"the {split} split is empty; use more data or a larger split")
-    return pd.concat(found, ignore_index=True).head(rows)
-
-
-def raw_split_here(manifest: Manifest, split: str, endpoint_url: str | None = None):
-    """The raw rows of one split as pandas batches, read in this process (small inputs)."""
-    spec = manifest.spec
-    data, files, plan = _input_plan(manifest)
-    for batch in _local_batches(files, plan, endpoint_url):
-        yield _rows_of_split(batch, spec.to_dict(), data.split.model_dump(), split)
-
-
-def _local_batches(files: list[str], plan, endpoint_url: str | None):
-    """The input's plan columns as pandas batches, file by file, in this process."""
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
-    from training.data.schema import csv_options
-    from training.storage import filesystem
-
-    for file in files:
-        fs, path = filesystem(file, endpoint_url)
-        if plan.fmt == "parquet":
-            with fs.open_input_file(path) as handle:
-                reader = pq.ParquetFile(handle)
-                for batch in reader.iter_batches(batch_size=4096, columns=plan.columns):
-                    yield batch.to_pandas()
-            continue
-        with fs.open_input_stream(path) as stream:
-            for batch in pacsv.open_csv(stream, **csv_options(plan)):
-                yield batch.to_pandas()
 
 
 #: A split this small is scored here, by the same pyfunc predictor, instead of in a Ray Data
@@ -236,13 +125,13 @@ def evaluate_model(
             f"the model knows classes {classes} but the data has {manifest.spec.classes}; "
             "evaluate on data with the same label column and classes"
         )
-    names = pyfunc.class_columns(list(classes))
+    names = flavour.class_columns(list(classes))
     index = pd.Index(list(classes))
     labels, predictions, probs = [], [], []
     with our_errors():
         for batch in _scored_batches(files, manifest, split, endpoint_url, use_gpu):
             labels.append(batch[TRUE_LABEL].to_numpy())
-            predictions.append(batch[pyfunc.PREDICTION].to_numpy())
+            predictions.append(batch[flavour.PREDICTION].to_numpy())
             probs.append(batch[names].to_numpy(dtype=np.float64))
     if not labels:
         raise DataValidationError(f"the {split} split is empty; use more data or a larger split")
@@ -276,8 +165,7 @@ def evaluate_state(
 ) -> tuple[EvalResult, Scored]:
     """Evaluate a checkpoint's state through the pyfunc model it becomes when registered."""
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = pyfunc.save(state, f"{tmp}/model", raw_example)
-        files = pyfunc.pack(model_dir)
+        files = flavour.pack(flavour.save_model(state, f"{tmp}/model", raw_example))
     classes = FeatureSpec.from_dict(state["spec"]).classes
     return evaluate_model(files, classes, manifest, split, endpoint_url, use_gpu)
 

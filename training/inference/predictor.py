@@ -19,7 +19,7 @@ import torch
 
 from training import errors
 from training.errors import ConfigError, TrainflowError
-from training.tracking import pyfunc
+from training.tracking import flavour
 
 #: The column of an evaluation batch holding the true label (the user's label column's values).
 TRUE_LABEL = "__trainflow_true_label__"
@@ -132,7 +132,7 @@ class PyfuncPredictor:
         if threads is not None:
             torch.set_num_threads(threads)
         self._dir = tempfile.mkdtemp(prefix="trainflow-model-")
-        self.model = pyfunc.load_packed(files, self._dir, device)
+        self.model = flavour.load_model(files, self._dir, device)
         self.classes = [c.name for c in self.model.metadata.get_output_schema().inputs][1:]
         self.label_column = label_column
 
@@ -140,9 +140,9 @@ class PyfuncPredictor:
         """Score a pandas batch or an Arrow batch (see the class's note)."""
         frame = batch if isinstance(batch, pd.DataFrame) else batch.to_pandas()
         if len(frame) == 0:  # an empty block; a table with no rows at all is refused elsewhere
-            scored = pd.DataFrame({c: [] for c in [pyfunc.PREDICTION, *self.classes]})
+            scored = pd.DataFrame({c: [] for c in [flavour.PREDICTION, *self.classes]})
         else:
-            scored = pyfunc.predict(self.model, frame)
+            scored = flavour.predict(self.model, frame)
         if self.label_column is not None:
             scored[TRUE_LABEL] = frame[self.label_column].to_numpy()
             return scored

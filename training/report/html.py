@@ -14,16 +14,8 @@ from training.metrics import direction
 from training.platform.secrets import redact
 from training.report.plots import evaluation_plots, learning_curves_png, regression_plots
 from training.report.sweep_plots import sweep_plots
-from training.report.trials import (
-    FATES,
-    TrialRow,
-    fmt,
-    format_value,
-    is_number,
-    sweep_saving,
-    swept_params,
-    trial_rows,
-)
+from training.report.trials import fmt, is_number, swept_params
+from training.tune.trials import FATES, TrialRow, format_value, sweep_saving, trial_rows
 
 if TYPE_CHECKING:
     from training.config import AshaConfig, PipelineConfig

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from training.report.trials import count_fates, fmt, sweep_saving
+from training.report.trials import fmt
+from training.tune.trials import count_fates, sweep_saving
 
 if TYPE_CHECKING:
     from training.summary import RunSummary

@@ -1,5 +1,5 @@
 """Plots of a sweep (PNG files): every trial's learning curves, trials alive per ASHA rung, and
-each swept parameter against the metric. They take :class:`~training.report.trials.TrialRow`."""
+each swept parameter against the metric. They take :class:`~training.tune.trials.TrialRow`."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from training.report.plots import pyplot, save
-from training.report.trials import (
+from training.report.trials import is_number, swept_params
+from training.tune.trials import (
     FATES,
     TrialRow,
     format_value,
-    is_number,
     milestones_of,
-    swept_params,
     trial_number,
     trial_rows,
 )

@@ -3,8 +3,10 @@
 - ``store``: where the tracking store is, whether it answers, the experiment (:func:`configure`).
 - ``runs``: :class:`Tracker`, the run tree of a pipeline run and what is logged to its runs.
 - ``sweep_runs``: one run per Tune trial, and a sweep's trials read back (`trainflow compare`).
-- ``registry``: models logged, registered, described, found again and promoted: the aliases
-  move under ``lock`` as the pure ``gate`` decides.
+- ``flavour``: the model, shaped like MLflow's flavours: saved, logged and registered, found
+  again by URI, loaded and scored (``signature``: its input example and schema).
+- ``registry``: registered versions described and promoted: the aliases move under ``lock`` as
+  the pure ``gate`` decides.
 - ``ui``: where a user looks (the MLflow UI's addresses).
 
 Every call names its run explicitly through an :class:`mlflow.MlflowClient` (Prefect tasks run in

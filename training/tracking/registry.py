@@ -1,98 +1,25 @@
-"""Models in the registry: logged as pyfunc models (training.tracking.pyfunc), registered as
-versions, described, found again by URI, and promoted (the champion alias moved as the gate
-decides).
+"""Registered versions: found by their source run, described, and promoted (the champion
+alias moved as the gate decides). Logging and registering a model is the flavour's
+(:mod:`training.tracking.flavour`).
 
 Registered versions carry the gate's decision as ``gate.*`` tags and two aliases:
-``challenger`` (the latest candidate) and ``champion`` (the model in use). The model's state
-file (weights, feature spec, label map; read back with ``torch.load(weights_only=True)``) is the
-pyfunc's one artifact, ``<model>/artifacts/state.pt``; :func:`model_files` returns its local
-path for any ``models:/`` or ``runs:/`` URI, :func:`download_model` the model's directory.
+``challenger`` (the latest candidate) and ``champion`` (the model in use).
 """
 
 from __future__ import annotations
 
 import logging
-import tempfile
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from training.config import registered_model_name
-from training.errors import ModelNotFoundError, one_line
-from training.platform.secrets import redact
-from training.tracking import gate, pyfunc, ui
+from training.tracking import gate
 from training.tracking.lock import registry_lock
-from training.tracking.runs import Tracker, filter_literal, tag_values
-from training.tracking.store import global_uris
-
-if TYPE_CHECKING:
-    import pandas as pd
+from training.tracking.runs import Tracker, filter_literal
 
 log = logging.getLogger(__name__)
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"
-
-
-def log_and_register_model(
-    tracker: Tracker,
-    run_id: str,
-    state_path: str,
-    raw_rows: pd.DataFrame | None,
-    description: str,
-    tags: dict[str, Any] | None = None,
-    reuse_existing: bool = True,
-) -> dict[str, str]:
-    """Log the trainflow state at ``state_path`` as a pyfunc model under ``run_id`` and register
-    a new version (:mod:`training.tracking.pyfunc`: raw table in, labels and probabilities out).
-
-    ``raw_rows`` (a few rows of the user's table) give the signature its column types and the
-    model its input example. The state file is stored as ``artifacts/state.pt``;
-    :func:`model_files` finds it again.
-
-    With ``reuse_existing`` a version already registered from ``run_id`` (a retried task) is
-    returned instead of registering a duplicate.
-    """
-    import mlflow
-    import mlflow.pyfunc
-    import torch
-
-    name = registered_model_name(tracker.config)
-    existing = version_of_run(tracker, name, run_id) if reuse_existing else None
-    if existing is not None:
-        log.info(
-            "model version %s of %s already registered from run %s", existing.version, name, run_id
-        )
-        version, logged_uri = str(existing.version), existing.source
-    else:
-        spec = torch.load(state_path, map_location="cpu", weights_only=True)["spec"]
-        was_running = tracker.client.get_run(run_id).info.status == "RUNNING"
-        try:
-            # The fluent API reads the process-wide URIs.
-            with (
-                tempfile.TemporaryDirectory() as tmp,
-                global_uris(tracker.tracking_uri),
-                mlflow.start_run(run_id=run_id),
-            ):
-                info = mlflow.pyfunc.log_model(
-                    name="model", **pyfunc.model_kwargs(state_path, spec, raw_rows, tmp)
-                )
-        finally:
-            if was_running:  # leaving the `with` ended the run; ending it is the caller's job
-                tracker.client.update_run(run_id, status="RUNNING")
-        with global_uris(tracker.tracking_uri):
-            registered = mlflow.register_model(
-                info.model_uri, name, tags=tag_values(tags or {}) or None
-            )
-        version, logged_uri = str(registered.version), info.model_uri
-        tracker.client.update_model_version(name, version, description=description)
-    return {
-        "name": name,
-        "version": version,
-        "model_uri": f"models:/{name}/{version}",
-        "logged_model_uri": logged_uri,
-        "source_run_id": run_id,
-        "state_file": pyfunc.STATE_FILE_IN_MODEL,
-    }
 
 
 def version_of_run(tracker: Tracker, name: str, run_id: str):
@@ -116,48 +43,6 @@ def describe_model(tracker: Tracker, description: str, version: str | None = Non
         tracker.client.update_registered_model(name, description=description)
     else:
         tracker.client.update_model_version(name, str(version), description=description)
-
-
-def download_model(tracker: Tracker, model_uri: str, dst_path: str | None = None) -> Path:
-    """The local directory of the MLflow model at ``model_uri`` (``models:/name@alias``,
-    ``models:/name/version``, ``models:/m-...`` or ``runs:/...``)."""
-    import mlflow.artifacts
-    from mlflow.exceptions import MlflowException
-
-    uri = tracker.tracking_uri
-    # models:/ URIs resolve through the process-wide registry URI, whatever is passed below.
-    try:
-        with global_uris(uri):
-            local = mlflow.artifacts.download_artifacts(
-                artifact_uri=model_uri, dst_path=dst_path, tracking_uri=uri, registry_uri=uri
-            )
-    except (MlflowException, OSError) as exc:
-        reason = one_line(redact(str(exc))) or type(exc).__name__
-        raise ModelNotFoundError(
-            f"model {model_uri!r} was not found in the MLflow store {redact(uri)} ({reason}); "
-            f"see the registered models in the MLflow UI (`{ui.command(tracker)}`) or use "
-            f"models:/{registered_model_name(tracker.config)}@{CHAMPION}"
-        ) from None
-    return Path(local)
-
-
-def model_files(tracker: Tracker, model_uri: str, dst_path: str | None = None) -> Path:
-    """The local path of our state file inside the model at ``model_uri``."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.models import Model
-
-    local = download_model(tracker, model_uri, dst_path)
-    try:
-        flavor = Model.load(local).flavors.get("python_function", {})
-    except (MlflowException, OSError):
-        flavor = {}
-    state = flavor.get("artifacts", {}).get(pyfunc.STATE_ARTIFACT, {}).get("path")
-    if not state or not (local / state).is_file():
-        raise ModelNotFoundError(
-            f"model {model_uri!r} has no trainflow state file ({pyfunc.STATE_FILE_IN_MODEL}); "
-            "it was not logged by trainflow — pass a model registered by `trainflow run`"
-        )
-    return local / state
 
 
 def promote(tracker: Tracker, version: str, challenger_value: float) -> dict[str, Any]:

@@ -1,0 +1,94 @@
+"""Stage 4: the best checkpoint, as the pyfunc model it becomes, scores the test split's raw rows;
+trainflow's report and MLflow's own evaluation of the same predictions go to the evaluate run.
+
+The checkpoint is loaded once and the example rows read once, here: promote takes both from
+:class:`Evaluated`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from training import progress
+from training.config import PipelineConfig
+from training.data.splits import raw_rows
+from training.inference.evaluate import EvalResult, evaluate_model
+from training.manifest import FeatureSpec, Manifest
+from training.report.plots import evaluation_plots, regression_plots
+from training.stages.connect import connect_ray
+from training.tracking import evaluation, flavour, lineage, store
+from training.tracking.runs import Tracker
+
+
+@dataclass
+class Evaluated:
+    """The test metrics and report, and what promote logs: the model's state (weights, spec,
+    model config; no optimizer) and a few raw test rows (its input example)."""
+
+    result: EvalResult
+    state: dict[str, Any]
+    example: pd.DataFrame
+
+
+def load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict[str, Any]:
+    """A checkpoint's state (local or remote storage), loaded with ``weights_only``."""
+    from ray.train import Checkpoint
+
+    from training.loop.checkpoint import load_model_state
+    from training.storage import filesystem, is_remote
+
+    fs, path = filesystem(checkpoint_path, config.storage.endpoint_url)
+    remote = is_remote(checkpoint_path)
+    checkpoint = Checkpoint(path if remote else checkpoint_path, filesystem=fs if remote else None)
+    with checkpoint.as_directory() as directory:
+        return load_model_state(directory)
+
+
+def evaluate(
+    config: PipelineConfig, manifest: Manifest, checkpoint_path: str, parent_run: str
+) -> Evaluated:
+    """Score the test split's raw rows through the pyfunc model the checkpoint becomes; log
+    trainflow's report and MLflow's own evaluation (classifier or regressor) of the same
+    predictions."""
+    connect_ray(config)
+    tracker = store.configure(config)
+    eval_run = tracker.start_child_run(parent_run, "evaluate", stage="evaluate")
+    tracker.set_tags(eval_run, {"checkpoint_path": checkpoint_path})
+    lineage.log_datasets(tracker, eval_run, manifest, ["test"])
+    endpoint = config.storage.endpoint_url
+    checkpoint = load_checkpoint_state(config, checkpoint_path)
+    state = {k: v for k, v in checkpoint.items() if k != "optimizer"}
+    example = raw_rows(manifest, "test", flavour.EXAMPLE_ROWS, endpoint)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = flavour.pack(flavour.save_model(state, f"{tmp}/model", example))
+    classes = FeatureSpec.from_dict(state["spec"]).classes
+    result, scored = evaluate_model(
+        files, classes, manifest, "test", endpoint, use_gpu=config.train.use_gpu
+    )
+    tracker.log_metrics(eval_run, result.metrics)
+    _log_report(tracker, eval_run, result)
+    evaluation.evaluate_predictions(
+        tracker, eval_run, scored.labels, scored.predictions, scored.probs, scored.classes
+    )
+    tracker.log_metrics(parent_run, result.metrics)
+    tracker.end_run(eval_run)
+    progress.report("evaluate", result.headline, metrics=result.metrics)
+    return Evaluated(result, state, example)
+
+
+def _log_report(tracker: Tracker, eval_run: str, result: EvalResult) -> None:
+    """Per-class scores and the confusion matrix (a classifier) and the plots."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if result.task == "regression":
+            plots = regression_plots(result.actual, result.predicted, tmp)
+        else:
+            tracker.log_dict(eval_run, result.per_class, "per_class.json")
+            confusion = {"classes": result.class_names, "matrix": result.confusion}
+            tracker.log_dict(eval_run, confusion, "confusion.json")
+            plots = evaluation_plots(result.per_class, result.confusion, result.class_names, tmp)
+        for png in plots.values():
+            tracker.log_artifact(eval_run, png, "plots")

@@ -1,0 +1,78 @@
+"""Stage 1: the input files resolved and fingerprinted, preprocessed once per fingerprint, and
+the outcome recorded on the pipeline's parent run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from training import progress
+from training.config import PipelineConfig
+from training.data import inputs
+from training.data import preprocess as preprocessing
+from training.manifest import Manifest
+from training.model import preflight
+from training.stages.connect import connect_ray
+from training.storage import StorageLayout
+from training.tracking.runs import Tracker
+
+
+@dataclass(frozen=True)
+class DataInputs:
+    """The input files and the fingerprint of their bytes with the preprocessing config."""
+
+    files: list[str]
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The preprocessed data, whether an earlier run's output was reused, and the config whose
+    metrics follow the data's task."""
+
+    manifest: Manifest
+    cached: bool
+    config: PipelineConfig
+
+
+def inspect_data(config: PipelineConfig) -> DataInputs:
+    """Resolve the input files and fingerprint them with the preprocessing config."""
+    endpoint = config.storage.endpoint_url
+    files = inputs.resolve_inputs(config.data, endpoint, StorageLayout.from_config(config).root)
+    fingerprint = inputs.fingerprint(config.data, files, endpoint)
+    preflight.check_model(config, files, fingerprint)  # a custom model: checked before Ray
+    return DataInputs(files, fingerprint)
+
+
+def preprocess(config: PipelineConfig, fingerprint: str, files: list[str]) -> Manifest:
+    """Read, validate, split, fit the transform on train, write the splits (Ray Data)."""
+    connect_ray(config)
+    return preprocessing.preprocess(config, StorageLayout.from_config(config), fingerprint, files)
+
+
+def record(
+    config: PipelineConfig, tracker: Tracker, parent_run: str, manifest: Manifest, cached: bool
+) -> Prepared:
+    """Tag the parent run with the data and its task, log the manifest, report the rows.
+
+    Run whether the preprocessing ran or was reused, so it sits apart from :func:`preprocess`.
+    """
+    spec = manifest.spec
+    tracker.set_tags(
+        parent_run,
+        {
+            "data_fingerprint": manifest.fingerprint,
+            "preprocess_cached": cached,
+            "trainflow.task": spec.task,
+            "trainflow.task_reason": manifest.task_reason or f"data.task={spec.task}",
+        },
+    )
+    tracker.log_text(parent_run, manifest.to_json(), "manifest.json")
+    progress.report(
+        "preprocess",
+        f"{sum(manifest.rows.values()):,} rows; task: {spec.task} "
+        f"({manifest.task_reason or 'data.task'})",
+        task=spec.task,
+    )
+    # The metrics the sweep ranks, checkpoints keep and the gate compares follow the task.
+    # (a regression's are its RMSE where the config names accuracy: metrics.follow_task)
+    return Prepared(manifest, cached, config.with_overrides({"data.task": spec.task}))

@@ -1,0 +1,72 @@
+"""What a logged model says about its input and output: the MLflow signature (raw columns in,
+prediction and classes out) and a few raw rows as its input example."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from training.model.trainflow_pyfunc.model import (
+    PREDICTION,
+    class_columns,
+    input_columns,
+    labels_array,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+EXAMPLE_ROWS = 5
+
+
+def _column_type(series) -> Any:
+    """The signature type of a raw column: floats as double (float32 upcasts), ints as long."""
+    import numpy as np
+    import pandas as pd
+    from mlflow.types import DataType
+    from mlflow.types.schema import Array
+
+    if pd.api.types.is_bool_dtype(series):
+        return DataType.boolean
+    if pd.api.types.is_integer_dtype(series):
+        return DataType.long
+    if pd.api.types.is_float_dtype(series):
+        return DataType.double
+    if series.dtype == object and len(series) and isinstance(series.iloc[0], (list, np.ndarray)):
+        return Array(DataType.double)
+    return DataType.string
+
+
+def signature(spec: dict[str, Any], example: pd.DataFrame | None):
+    """Named columns in (the raw columns the model reads), prediction and classes out (a
+    regression: the predicted number only)."""
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, DataType, Schema
+    from mlflow.types.schema import Array
+
+    columns = input_columns(spec)
+    if example is not None:
+        inputs = [ColSpec(_column_type(example[c]), c) for c in columns]
+    elif spec.get("image_column"):
+        inputs = [ColSpec(Array(DataType.double), columns[0])]
+    else:
+        inputs = [ColSpec(DataType.double, c) for c in columns]
+    kind = "f" if spec.get("task") == "regression" else labels_array(spec["classes"]).dtype.kind
+    label_type = {"i": DataType.long, "f": DataType.double}.get(kind, DataType.string)
+    outputs = [ColSpec(label_type, PREDICTION)]
+    outputs += [ColSpec(DataType.double, c) for c in class_columns(list(spec["classes"]))]
+    return ModelSignature(Schema(inputs), Schema(outputs))
+
+
+def input_example(spec: dict[str, Any], raw_rows: pd.DataFrame) -> pd.DataFrame:
+    """A few raw rows of the columns the model reads, arrays as lists (JSON-able)."""
+    example = raw_rows[input_columns(spec)].head(EXAMPLE_ROWS).reset_index(drop=True)
+    if spec.get("image_column"):
+        column = spec["image_column"]
+        example[column] = [list(map(float, _flat(v))) for v in example[column]]
+    return example
+
+
+def _flat(value):
+    import numpy as np
+
+    return np.asarray(value, dtype=np.float64).ravel()
