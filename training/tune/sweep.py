@@ -210,11 +210,7 @@ def run_sweep(
 ) -> SweepOutcome:
     """Run (or resume, with the same run id) the ASHA sweep and pick the best healthy trial."""
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
 
-    from training.tune.progress import SweepProgress
-
-    sweep = config.sweep
     storage_path, storage_fs = layout.ray_storage(run_id)
     trainable = _trainable(config, manifest, storage_path, storage_fs)
     experiment_path = f"{storage_path.rstrip('/')}/{SWEEP_NAME}"
@@ -231,37 +227,13 @@ def run_sweep(
     else:
         tuner = tune.Tuner(
             trainable,
-            param_space=param_space(sweep),
-            tune_config=tune.TuneConfig(
-                metric=sweep.metric,
-                mode=sweep.mode,
-                num_samples=sweep.num_samples,
-                search_alg=build_searcher(sweep),
-                scheduler=ASHAScheduler(
-                    time_attr="training_iteration",
-                    max_t=sweep.asha.max_t,
-                    grace_period=sweep.asha.grace_period,
-                    reduction_factor=sweep.asha.reduction_factor,
-                ),
-                # A new function trial reuses a finished trial's process: 1.5-3 s of Python and
-                # torch start-up saved per trial (benchmark B6). Not for trials that drive a
-                # TorchTrainer: a second fit() in the same trial process hangs in Ray 2.60.
-                reuse_actors=sweep.workers_per_trial == 1,
-            ),
+            param_space=param_space(config.sweep),
+            tune_config=_tune_config(config.sweep),
             run_config=tune.RunConfig(
                 name=SWEEP_NAME,
                 storage_path=storage_path,
                 storage_filesystem=storage_fs,
-                callbacks=[
-                    *(callbacks or []),
-                    SweepProgress(
-                        sweep.metric,
-                        sweep.mode,
-                        sweep.num_samples,
-                        sweep.asha.max_t,
-                        sample=_sample_note(sweep, manifest),
-                    ),
-                ],
+                callbacks=[*(callbacks or []), _progress(config.sweep, manifest)],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 verbose=0,
             ),
@@ -269,3 +241,39 @@ def run_sweep(
     grid = tuner.fit()
     signals.stop_if_received()  # a signal during fit() may leave it returning a partial grid
     return summarize(grid, config)
+
+
+def _tune_config(sweep: SweepConfig):
+    """The metric, the samples, the searcher and ASHA over epochs (one report per epoch)."""
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    return tune.TuneConfig(
+        metric=sweep.metric,
+        mode=sweep.mode,
+        num_samples=sweep.num_samples,
+        search_alg=build_searcher(sweep),
+        scheduler=ASHAScheduler(
+            time_attr="training_iteration",
+            max_t=sweep.asha.max_t,
+            grace_period=sweep.asha.grace_period,
+            reduction_factor=sweep.asha.reduction_factor,
+        ),
+        # A new function trial reuses a finished trial's process: 1.5-3 s of Python and
+        # torch start-up saved per trial (benchmark B6). Not for trials that drive a
+        # TorchTrainer: a second fit() in the same trial process hangs in Ray 2.60.
+        reuse_actors=sweep.workers_per_trial == 1,
+    )
+
+
+def _progress(sweep: SweepConfig, manifest: Manifest):
+    """The console's sweep line: trials finished, stopped early, running, the best so far."""
+    from training.tune.progress import SweepProgress
+
+    return SweepProgress(
+        sweep.metric,
+        sweep.mode,
+        sweep.num_samples,
+        sweep.asha.max_t,
+        sample=_sample_note(sweep, manifest),
+    )
