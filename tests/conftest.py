@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadFileScheduling
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,21 +45,19 @@ LONGEST_FIRST = (
 RUNS_WITH = {"tests/e2e/test_mlflow_ui.py": "tests/e2e/test_pipeline.py"}
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
+class RunsWithPartners(LoadFileScheduling):
     """`--dist loadfile`, with the modules of RUNS_WITH in their partner's work unit. (xdist's
     `--dist loadgroup` would do it with marks, but with pytest 9 its renaming of node ids has no
     effect any more: every test became a unit of its own.)"""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
 
-    class ModulesWithPartners(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = super()._split_scope(nodeid)
-            return RUNS_WITH.get(module, module)
+    def _split_scope(self, nodeid: str) -> str:
+        module = super()._split_scope(nodeid)
+        return RUNS_WITH.get(module, module)
 
-    return ModulesWithPartners(config, log)
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return RunsWithPartners(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def _module_rank(item) -> int:
