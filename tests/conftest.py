@@ -23,10 +23,12 @@ def pytest_configure(config):
 # `make test` gives whole modules to two pytest workers in collection order
 # (--no-loadscope-reorder); a long module that starts last runs alone while the other worker
 # idles, which xdist's own reorder (most tests first) does to exactly these few-test modules.
-# A module that shares another's session fixtures (RUNS_WITH) follows it.
+# A module that shares another's session fixtures (RUNS_WITH) sits beside it: before it where it
+# wants the fixture fresh (a cheap check on the two-node cluster before a test kills a node).
 LONGEST_FIRST = (
     "tests/e2e/test_pipeline.py",
     "tests/e2e/test_mlflow_ui.py",
+    "tests/multinode/test_custom_model_shipped.py",
     "tests/multinode/test_cluster.py",
     "tests/integration/test_faults.py",
     "tests/e2e/test_flow_kill_resume.py",
@@ -40,9 +42,14 @@ LONGEST_FIRST = (
 )
 
 
-# Modules that use another module's session fixtures (its pipeline run, its servers): under
-# `make test` they go to the worker that runs that module, after it, so the fixture is made once.
-RUNS_WITH = {"tests/e2e/test_mlflow_ui.py": "tests/e2e/test_pipeline.py"}
+# Modules that use another module's session fixtures (its pipeline run, its servers, the
+# two-node Ray cluster and S3 server): under `make test` they go to the worker that runs that
+# module, in LONGEST_FIRST's order, so the fixture is made once (and two clusters never run at
+# once beside each other).
+RUNS_WITH = {
+    "tests/e2e/test_mlflow_ui.py": "tests/e2e/test_pipeline.py",
+    "tests/multinode/test_custom_model_shipped.py": "tests/multinode/test_cluster.py",
+}
 
 
 class RunsWithPartners(LoadFileScheduling):
