@@ -18,7 +18,8 @@ run: setup
 
 # Two pytest workers, one test module each at a time (module fixtures stay whole): most of the
 # suite waits on servers and Ray start-up, so two share the 2 cores well. Modules go out in
-# collection order, which tests/conftest.py sorts longest first.
+# collection order, which tests/conftest.py sorts longest first; a module that shares another's
+# session fixtures goes with it (tests/conftest.py, RUNS_WITH). Size tests wait for `make bench`.
 test: setup
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
@@ -29,8 +30,8 @@ format: setup
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
 # The benchmark suite (issue 7, ~30 min on 2 cores): benchmarks/results/*.json, docs/benchmarks.md;
-# then the `scale` tests (issue 16: 10M rows, local and from S3, and 200,000 images through the
-# whole pipeline, ~1.5 h).
+# then the `scale` tests (issue 16: 20k against 200k rows from S3, 10M rows, local and from S3,
+# and 200,000 images through the whole pipeline, ~1.5 h), which `make test` skips.
 bench: setup
 	$(BIN)/python -m benchmarks
 	TRAINFLOW_SCALE_OUT=docs $(BIN)/python -m pytest -m scale tests/e2e/test_scale_memory.py -s

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadFileScheduling
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,14 +23,16 @@ def pytest_configure(config):
 # `make test` gives whole modules to two pytest workers in collection order
 # (--no-loadscope-reorder); a long module that starts last runs alone while the other worker
 # idles, which xdist's own reorder (most tests first) does to exactly these few-test modules.
+# A module that shares another's session fixtures (RUNS_WITH) sits beside it: before it where it
+# wants the fixture fresh (a cheap check on the two-node cluster before a test kills a node).
 LONGEST_FIRST = (
     "tests/e2e/test_pipeline.py",
+    "tests/e2e/test_mlflow_ui.py",
+    "tests/multinode/test_custom_model_shipped.py",
     "tests/multinode/test_cluster.py",
     "tests/integration/test_faults.py",
     "tests/e2e/test_flow_kill_resume.py",
-    "tests/e2e/test_scale_memory.py",
     "tests/e2e/test_local_stack.py",
-    "tests/e2e/test_mlflow_ui.py",
     "tests/e2e/test_custom_model_pipeline.py",
     "tests/integration/test_training.py",
     "tests/integration/test_benchmarks_smoke.py",
@@ -37,6 +40,31 @@ LONGEST_FIRST = (
     "tests/integration/test_fsdp.py",
     "tests/e2e/test_exposed_stack.py",
 )
+
+
+# Modules that use another module's session fixtures (its pipeline run, its servers, the
+# two-node Ray cluster and S3 server): under `make test` they go to the worker that runs that
+# module, in LONGEST_FIRST's order, so the fixture is made once (and two clusters never run at
+# once beside each other).
+RUNS_WITH = {
+    "tests/e2e/test_mlflow_ui.py": "tests/e2e/test_pipeline.py",
+    "tests/multinode/test_custom_model_shipped.py": "tests/multinode/test_cluster.py",
+}
+
+
+class RunsWithPartners(LoadFileScheduling):
+    """`--dist loadfile`, with the modules of RUNS_WITH in their partner's work unit. (xdist's
+    `--dist loadgroup` would do it with marks, but with pytest 9 its renaming of node ids has no
+    effect any more: every test became a unit of its own.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = super()._split_scope(nodeid)
+        return RUNS_WITH.get(module, module)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return RunsWithPartners(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def _module_rank(item) -> int:

@@ -1,5 +1,6 @@
 """The MLflow UI in a real browser: a smoke pipeline logs to a real `mlflow server` on loopback,
 then headless Chromium (Debian's package, driven by Playwright) checks what a user sees there.
+The run and the server are shared with test_pipeline.py (its second run; tests/e2e/conftest.py).
 
 Screenshots go to test-output/mlflow-ui/ (gitignored; see docs/mlflow-ui.md):
 01-run-tree.png            the runs table: pipeline -> sweep -> trials expanded, trials selected
@@ -16,18 +17,12 @@ The browser tests skip only where /usr/bin/chromium is missing and $CI is unset;
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from cli_runner import free_port, run_cli
+from cli_runner import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -59,66 +54,17 @@ def home(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(home):
-    """`mlflow server` on a free loopback port (sqlite + local artifacts in the home)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (home / "mlflow-server.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            f"sqlite:///{home / 'mlflow.db'}",
-            "--artifacts-destination",
-            str(home / "mlartifacts"),
-            "--workers",
-            "1",
-        ],
-        cwd=home,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group: the uvicorn worker is stopped with it
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    "mlflow server did not start:\n" + (home / "mlflow-server.log").read_text()
-                )
-            time.sleep(0.5)
-        yield url
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=15)
-        log.close()
+def server(smoke_mlflow_server):
+    """`mlflow server` on a free loopback port (sqlite + local artifacts in the smoke home)."""
+    return smoke_mlflow_server
 
 
 @pytest.fixture(scope="module")
-def pipeline(home, server) -> dict:
-    """One smoke pipeline run, logged to the server; returns its summary."""
-    out = home / "summary.json"
-    proc = _trainflow(home, server, "run", "--config", SMOKE, "--summary-json", str(out))
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return json.loads(out.read_text())
+def pipeline(smoke_second_run) -> dict:
+    """One smoke pipeline run, logged to the server; returns its summary. It is
+    test_pipeline.py's second run (tests/e2e/conftest.py): one pipeline run fewer in the suite."""
+    summary, _ = smoke_second_run
+    return summary
 
 
 @pytest.fixture(scope="module")

@@ -9,24 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_runner import run_cli, run_cli_watching_listeners, run_log_of
+from cli_runner import run_cli, run_log_of
+from smoke_runs import CANARIES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
-
-
-# Issue 5, case 11 and issue 17: the first run carries canary credentials; none may be written
-# anywhere, Ray's session logs included.
-CANARIES = {
-    "AWS_ACCESS_KEY_ID": "AKIACANARY7QX2LKEYID",
-    "AWS_SECRET_ACCESS_KEY": "canary-secret-3f9d1c0b7e5a",
-    "AWS_SESSION_TOKEN": "canary-session-token-8b2e",
-    "MLFLOW_TRACKING_TOKEN": "canary-mlflow-token-6a4f",
-    "MLFLOW_TRACKING_PASSWORD": "canary-mlflow-password-1c9e",
-    "PREFECT_API_KEY": "canary-prefect-key-77d1",
-}
 
 
 def _run(
@@ -35,26 +24,21 @@ def _run(
     return run_cli(home, *args, timeout=timeout, **(env_extra or {}))
 
 
+# The runs themselves are session fixtures (tests/e2e/conftest.py): test_mlflow_ui.py reads the
+# second one too.
 @pytest.fixture(scope="module")
-def home(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("e2e-home")
+def home(smoke_home) -> Path:
+    return smoke_home
 
 
 @pytest.fixture(scope="module")
-def watched_run(home):
-    """The first run: canary credentials in its environment, stdout a pipe (not a terminal),
-    and the listening sockets of every process it starts sampled while it runs."""
-    out = home / "summary-1.json"
-    proc, listeners = run_cli_watching_listeners(
-        home, "run", "--config", SMOKE, "--summary-json", str(out), **CANARIES
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return json.loads(out.read_text()), proc, listeners
+def watched_run(smoke_watched_run):
+    return smoke_watched_run
 
 
 @pytest.fixture(scope="module")
 def first_run(watched_run):
-    summary, proc, _ = watched_run
+    summary, proc, _, _ = watched_run
     return summary, proc
 
 
@@ -115,7 +99,7 @@ def test_every_listener_of_a_run_is_loopback(watched_run):
     local Ray instance's GCS, raylet, agents, metrics exporters and workers, the dashboard, the
     driver, and rank 0's torch rendezvous store while DDP runs) listen on 127.0.0.1 only; Ray's
     token authentication is on as well (docs/reliability.md, "Ports")."""
-    _, _, listeners = watched_run
+    _, _, listeners, _ = watched_run
     assert listeners, "no listening socket was seen"
     names = {entry["name"] for entry in listeners}
     assert {"gcs_server", "raylet"} <= names, names
@@ -133,18 +117,18 @@ def test_every_listener_of_a_run_is_loopback(watched_run):
     assert {e["auth_mode"] for e in rays} == {"token"}, rays
 
 
-def test_no_canary_credential_is_written_anywhere(home, first_run):
+def test_no_canary_credential_is_written_anywhere(home, watched_run):
     """MLflow's db and artifacts, the Prefect home and its db, the Ray storage root (results,
     checkpoints, Tune state) and the run's whole Ray session (every log of every Ray process)
     all live in the home; our logs are the process's output."""
-    _, proc = first_run
+    _, proc, _, sessions = watched_run
     secrets = [value.encode() for value in CANARIES.values()]
     logs = (proc.stdout + proc.stderr).encode()
     assert [s for s in secrets if s in logs] == []
-    # <home>/ray is the run's Ray temp dir, or a link to it when the home is too deep for
-    # Unix socket paths: read it through the link.
+    # <home>/ray is the runs' Ray temp dir, or a link to it when the home is too deep for
+    # Unix socket paths: read it through the link. The first run's one session, as counted
+    # when it ended (the second run, shared with test_mlflow_ui.py, may have added its own).
     ray_root = (home / "ray").resolve()
-    sessions = [p for p in ray_root.iterdir() if p.name.startswith("session_2")]
     assert len(sessions) == 1, sessions
     assert (sessions[0] / "logs" / "runtime_env_agent.log").is_file()
     files = [p for p in [*home.rglob("*"), *ray_root.rglob("*")] if p.is_file()]
@@ -206,11 +190,11 @@ def test_mlflow_run_tree_histories_and_registry(first_run, client):
     assert "challenger" in client.get_model_version("digits-smoke", version.version).aliases
 
 
-def test_second_run_reuses_preprocessing_and_serves_the_champion(home, first_run, tmp_path):
-    out = home / "summary-2.json"
-    proc = _run(home, "run", "--config", SMOKE, "--summary-json", str(out))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    second = json.loads(out.read_text())
+def test_second_run_reuses_preprocessing_and_serves_the_champion(
+    home, first_run, smoke_second_run, tmp_path
+):
+    # The second run logged through an `mlflow server` over the same store (conftest.py).
+    second, _ = smoke_second_run
     assert second["data"]["preprocess_cached"] is True
     assert second["data"]["fingerprint"] == first_run[0]["data"]["fingerprint"]
     assert second["model"]["version"] == str(int(first_run[0]["model"]["version"]) + 1)
