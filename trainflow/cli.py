@@ -91,7 +91,7 @@ def run(
         return
     config = _load(config_file, overrides, **{"ray.address": ray_address})
     if config.model.kind == "custom":  # a bad factory fails in seconds, before anything starts
-        from training.model.preflight import check_model_now
+        from training.stages.preflight import check_model_now
 
         check_model_now(config)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)

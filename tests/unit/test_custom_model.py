@@ -190,7 +190,7 @@ def test_the_spec_is_read_on_the_driver_from_the_files(tmp_path):
     import numpy as np
     import pandas as pd
 
-    from training.model.preflight import preview_spec, swept_params
+    from training.stages.preflight import preview_spec, swept_params
 
     frame = pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [0.0, 1.0, 0.5], "label": ["x", "y", "x"]})
     frame.to_parquet(tmp_path / "t.parquet")
@@ -252,7 +252,7 @@ def test_the_flow_checks_with_a_cached_manifest_s_spec(user_package, tmp_path):
     """The inspect-data task's check: a finished preprocessing of the same fingerprint gives
     the exact spec (no read of the data)."""
     from training.manifest import FeatureSpec, Manifest
-    from training.model.preflight import check_model
+    from training.stages.preflight import check_model
     from training.storage import StorageLayout
 
     raw = {

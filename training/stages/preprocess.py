@@ -10,7 +10,7 @@ from training.config import PipelineConfig
 from training.data import inputs
 from training.data import preprocess as preprocessing
 from training.manifest import Manifest
-from training.model import preflight
+from training.stages import preflight
 from training.stages.connect import connect_ray
 from training.storage import StorageLayout
 from training.tracking.runs import Tracker
