@@ -93,6 +93,7 @@ class Manifest:
     preprocessing: dict[str, Any] = field(default_factory=dict)
     input_files: list[str] = field(default_factory=list)
     task_reason: str = ""  # why preprocessing chose spec.task (printed and logged)
+    ignored_columns: dict[str, str] = field(default_factory=dict)  # column -> why not used
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)

@@ -12,7 +12,7 @@ import numpy as np
 
 from training.config import DataConfig
 from training.data.fitting import TableFit, vocabulary
-from training.data.roles import REASONS
+from training.data.roles import REASONS, UNSUPPORTED
 from training.data.schema import Plan
 from training.errors import DataValidationError
 from training.model.trainflow_pyfunc.transform_steps import DATETIME_WIDTH, RESERVED
@@ -58,8 +58,8 @@ def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
         if role == "categorical" and found:
             roles[column] = found
             ignored[column] = REASONS[found]
-    for column in plan.ignored:
-        roles[column] = "ignore"
+    for column, reason in plan.ignored.items():
+        roles[column] = "ignore" if reason == REASONS["ignore"] else UNSUPPORTED
     used = [c for c, r in roles.items() if r in ("numeric", "categorical", "datetime")]
     if not used:
         raise DataValidationError(

@@ -22,6 +22,8 @@ REASONS = {
     "text": "free text, not used yet (see the text issue)",
     "ignore": "data.columns says ignore",
 }
+#: A role ``column_roles`` records for a column whose type no role reads.
+UNSUPPORTED = "unsupported type"
 FEATURE_ROLES = ("numeric", "categorical", "datetime")
 
 

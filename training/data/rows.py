@@ -23,6 +23,8 @@ from training.model.trainflow_pyfunc.transform_steps import category_keys, parse
 
 #: The column of the written rows that names their split (a partition directory once written).
 SPLIT = "split"
+#: The roles of the columns a table's rows are read (and hashed) by.
+_READ_ROLES = ("numeric", "categorical", "datetime")
 
 
 def _split_key(seed: int) -> str:
@@ -99,7 +101,7 @@ def hash_roles(spec: FeatureSpec | dict) -> dict[str, str]:
     plain = spec if isinstance(spec, dict) else spec.to_dict()
     read = {"id-like": "categorical", "text": "categorical"}
     roles = plain.get("column_roles") or {}
-    hashed = {c: read.get(r, r) for c, r in roles.items() if r != "ignore"}
+    hashed = {c: read.get(r, r) for c, r in roles.items() if read.get(r, r) in _READ_ROLES}
     return hashed or {c: "numeric" for c in plain.get("feature_columns") or []}
 
 

@@ -64,6 +64,7 @@ def record(
             "preprocess_cached": cached,
             "trainflow.task": spec.task,
             "trainflow.task_reason": manifest.task_reason or f"data.task={spec.task}",
+            **{f"trainflow.column.{c}": r for c, r in spec.column_roles.items()},
         },
     )
     tracker.log_text(parent_run, manifest.to_json(), "manifest.json")
