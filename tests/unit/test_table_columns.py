@@ -123,10 +123,16 @@ def test_an_all_numeric_mlp_keeps_its_state_dict_keys():
 @pytest.mark.parametrize(
     ("change", "data", "message"),
     [
-        (lambda f: f.assign(size=["big"] * len(f)), {"columns": {"size": "numeric"}},
-         r"'size' is declared numeric but holds text .*'big'"),
-        (lambda f: f.assign(note="not a date"), {"columns": {"note": "datetime"}},
-         r"datetime column 'note' holds a value that is not a date \(e.g. 'not a date'\)"),
+        (
+            lambda f: f.assign(size=["big"] * len(f)),
+            {"columns": {"size": "numeric"}},
+            r"'size' is declared numeric but holds text .*'big'",
+        ),
+        (
+            lambda f: f.assign(note="not a date"),
+            {"columns": {"note": "datetime"}},
+            r"datetime column 'note' holds a value that is not a date \(e.g. 'not a date'\)",
+        ),
         (lambda f: f.assign(size=np.nan), {}, r"\['size'\] are empty in every training row"),
         (lambda f: f[["order_id", "y"]], {}, "no feature column is left"),
         (lambda f: f, {"columns": {"nope": "numeric"}}, r"data.columns names \['nope'\]"),

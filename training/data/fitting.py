@@ -41,7 +41,9 @@ def _moments(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def merge_moments(a: tuple, b: tuple) -> tuple:
     """Chan et al.'s parallel variance, per column (counts may differ by column)."""
-    (na, ma, m2a), (nb, mb, m2b) = (tuple(np.asarray(v, dtype=np.float64) for v in t) for t in (a, b))
+    (na, ma, m2a), (nb, mb, m2b) = (
+        tuple(np.asarray(v, dtype=np.float64) for v in t) for t in (a, b)
+    )
     n = na + nb
     delta = mb - ma
     share = np.divide(nb, n, out=np.zeros_like(n), where=n > 0)
@@ -118,12 +120,18 @@ class TableFit:
     years: dict = field(default_factory=dict)
 
     def add(self, part: dict[str, Any]) -> None:
-        self.numeric = part["numeric"] if self.numeric is None else merge_moments(self.numeric, part["numeric"])
+        self.numeric = (
+            part["numeric"]
+            if self.numeric is None
+            else merge_moments(self.numeric, part["numeric"])
+        )
         self.gaps = part["gaps"] if self.gaps is None else self.gaps + part["gaps"]
         if self.samples is None:
             self.samples = part["sample"]
         else:
-            self.samples = [_keep_smallest(a, b) for a, b in zip(self.samples, part["sample"], strict=True)]
+            self.samples = [
+                _keep_smallest(a, b) for a, b in zip(self.samples, part["sample"], strict=True)
+            ]
         for column, (counts, missing, shape) in part["categorical"].items():
             merged = self.counts.setdefault(column, {})
             for value, n in counts.items():
@@ -133,7 +141,17 @@ class TableFit:
                 self.counts[column] = dict(top)
             self.missing[column] = self.missing.get(column, 0) + missing
             if shape and shape["rows"]:
-                total = self.shapes.setdefault(column, {"rows": 0, "distinct": 0, "length": 0.0, "spaces": 0.0, "big": 0, "big_distinct": 0})
+                total = self.shapes.setdefault(
+                    column,
+                    {
+                        "rows": 0,
+                        "distinct": 0,
+                        "length": 0.0,
+                        "spaces": 0.0,
+                        "big": 0,
+                        "big_distinct": 0,
+                    },
+                )
                 total["rows"] += shape["rows"]
                 total["length"] += shape["length"] * shape["rows"]
                 total["spaces"] += shape["spaces"] * shape["rows"]
@@ -145,7 +163,7 @@ class TableFit:
             self.years[column] = moments if before is None else merge_moments(before, moments)
 
     def string_role(self, column: str) -> str | None:
-        """"id-like" or "text" for a string column that is not a category, else None."""
+        """ "id-like" or "text" for a string column that is not a category, else None."""
         shape = self.shapes.get(column)
         if not shape:
             return None

@@ -17,9 +17,9 @@ from training.data.builtin import (
     BUILTIN_PENGUINS,
     DIGITS32,
     ensure_diabetes,
-    ensure_penguins,
     ensure_digits,
     ensure_digits32,
+    ensure_penguins,
 )
 from training.errors import DataValidationError, ServiceUnreachableError, StorageError
 from training.storage import filesystem, is_remote, join, trainflow_home, upload_file

@@ -120,6 +120,8 @@ def role_line(roles: dict[str, str]) -> str:
     for role in (*FEATURE_ROLES, "id-like", "text", "ignore"):
         n = sum(1 for r in roles.values() if r == role)
         if n:
-            suffix = "" if role in FEATURE_ROLES else (" not used" if role == "text" else " ignored")
+            suffix = (
+                "" if role in FEATURE_ROLES else (" not used" if role == "text" else " ignored")
+            )
             parts.append(f"{n} {'free-text' if role == 'text' else role}{suffix}")
     return ", ".join(parts)

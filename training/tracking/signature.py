@@ -57,8 +57,7 @@ def signature(spec: dict[str, Any], example: pd.DataFrame | None):
         # A table's columns may have gaps wherever training imputed them: not required values.
         required = not roles
         inputs = [
-            ColSpec(_column_type(example[c], roles.get(c)), c, required=required)
-            for c in columns
+            ColSpec(_column_type(example[c], roles.get(c)), c, required=required) for c in columns
         ]
     elif spec.get("image_column"):
         inputs = [ColSpec(Array(DataType.double), columns[0])]

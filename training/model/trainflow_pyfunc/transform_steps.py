@@ -70,9 +70,7 @@ def parse_datetimes(series: pd.Series, column: str) -> pd.Series:
     return parsed
 
 
-def datetime_parts(
-    frame: pd.DataFrame, columns: list[str], spec: Mapping[str, Any]
-) -> np.ndarray:
+def datetime_parts(frame: pd.DataFrame, columns: list[str], spec: Mapping[str, Any]) -> np.ndarray:
     """Year and cyclical month/weekday/hour of each datetime column (float64 [n, 7 per column]);
     a missing date gets the train split's mean year and 0 for its cycles."""
     parts = []
