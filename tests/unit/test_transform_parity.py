@@ -3,8 +3,10 @@
 registered model (MLflow's pyfunc, the tensor handed to its network) give identical tensors.
 
 Tables: numbers of mixed widths with a constant column (its std is 0); a table with gaps,
-categories (one value unseen in training, served too) and a datetime column; an image column as Arrow
-fixed-size lists, as Arrow variable-length lists and as numpy arrays; a regression's label."""
+categories (one value unseen in training, served too) and a datetime column; an image column as
+Arrow fixed-size lists, as Arrow variable-length lists and as numpy arrays; a regression's
+label."""
+
 
 from __future__ import annotations
 
