@@ -7,7 +7,6 @@ categories (one value unseen in training, served too) and a datetime column; an 
 Arrow fixed-size lists, as Arrow variable-length lists and as numpy arrays; a regression's
 label."""
 
-
 from __future__ import annotations
 
 import numpy as np
