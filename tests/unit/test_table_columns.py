@@ -141,3 +141,22 @@ def test_an_all_numeric_mlp_keeps_its_state_dict_keys():
 def test_bad_input_is_one_clear_error(tmp_path, change, data, message):
     with pytest.raises(DataValidationError, match=message):
         _fit(change(_table()), tmp_path, **data)
+
+
+def test_the_mixed_table_gets_its_roles(tmp_path):
+    from training.data.synthetic_mixed import mixed_chunk
+
+    spec, _ = _fit(
+        mixed_chunk(3_000, seed=0, index=0).to_pandas().rename(columns={"label": "y"}), tmp_path
+    )
+    assert spec.column_roles == {
+        "amount": "numeric",
+        "tenure": "numeric",
+        "score": "numeric",
+        "plan": "categorical",
+        "region": "categorical",
+        "signup": "datetime",
+        "customer_id": "id-like",
+    }
+    assert spec.indicator_columns == ["amount", "tenure", "score"]
+    assert len(spec.categories["region"]) == 100  # data.max_categories
