@@ -117,7 +117,7 @@ def first_value(file: str, column: str, fmt: str, endpoint_url: str | None) -> A
 def role_line(roles: dict[str, str]) -> str:
     """``4 numeric, 2 categorical, 1 datetime, 1 id-like ignored`` (the preprocess line)."""
     parts = []
-    for role in (*FEATURE_ROLES, "id-like", "text", "ignore"):
+    for role in (*FEATURE_ROLES, "id-like", "text", "ignore", UNSUPPORTED):
         n = sum(1 for r in roles.values() if r == role)
         if n:
             suffix = (
