@@ -43,16 +43,22 @@ def type_role(dtype: pa.DataType) -> str | None:
 
 
 def table_roles(
-    file: str, schema: pa.Schema, data: DataConfig, fmt: str, endpoint_url: str | None
+    file: str,
+    schema: pa.Schema,
+    data: DataConfig,
+    fmt: str,
+    endpoint_url: str | None,
+    only: list[str] | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """(column -> role for every column read, column -> reason for each column left out)."""
+    """(column -> role for every column read, column -> reason for each column left out);
+    ``only``: the columns of data.feature_columns (default: every column but the label)."""
     unknown = [c for c in data.columns if c not in schema.names]
     if unknown:
         raise DataValidationError(
             f"data.columns names {unknown} but {file} has no such column; its columns are "
             f"{schema.names[:20]}. Fix the names in data.columns"
         )
-    candidates = [c for c in schema.names if c != data.label_column]
+    candidates = only or [c for c in schema.names if c != data.label_column]
     roles: dict[str, str] = {}
     ignored: dict[str, str] = {}
     for column in candidates:

@@ -124,12 +124,12 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
         if data.image_column is not None:
             width = _check_image_column(file, schema, data.image_column)
             continue
-        if features is None:
-            roles, ignored = table_roles(file, schema, data, fmt, endpoint_url)
-            features = [c for c, r in roles.items() if r == "numeric"]
         fix = f"Fix data.feature_columns or {FIX_FILE}"
-        wanted = list(roles) or features
+        wanted = list(roles) or features or []
         require_columns(file, schema.names, features=wanted, origin=f" (from {which})", fix=fix)
+        if not roles:
+            roles, ignored = table_roles(file, schema, data, fmt, endpoint_url, features)
+            features = [c for c, r in roles.items() if r == "numeric"]
         width = len(features)
     if total_rows == 0:
         raise DataValidationError(
