@@ -150,10 +150,13 @@ def labels_of(batch: pd.DataFrame, column: str) -> pd.Series:
     return batch[column]
 
 
-def _require(batch: pd.DataFrame, spec: FeatureSpec, with_labels: bool) -> None:
+def _require(
+    batch: pd.DataFrame, spec: FeatureSpec, with_labels: bool, plain: dict | None = None
+) -> None:
     """Training's wording for a missing column (it names the setting to fix)."""
     label = spec.label_column if with_labels else None
-    features = [] if spec.image_column else transform.input_columns(spec.to_dict())
+    plain = plain or spec.to_dict()
+    features = [] if spec.image_column else transform.input_columns(plain)
     require_columns(BATCH, batch.columns, label=label, image=spec.image_column, features=features)
 
 
@@ -163,9 +166,10 @@ def transform_batch(
     """Raw rows -> {"features": float32 [n, num_features], "label": int64 [n]} (label optional;
     a regression's label is float32, normalised by the train split's label mean and std): the
     transform the registered model applies."""
-    _require(batch, spec, with_labels)
+    plain = spec.to_dict()
+    _require(batch, spec, with_labels, plain)
     with _as_data_errors():
-        return transform.transform(batch, spec.to_dict(), with_labels)
+        return transform.transform(batch, plain, with_labels)
 
 
 def normalise_labels(labels: np.ndarray, spec: FeatureSpec) -> np.ndarray:
@@ -180,8 +184,8 @@ def denormalise_labels(values: np.ndarray, spec: FeatureSpec) -> np.ndarray:
 
 def output_rows(batch: pd.DataFrame, spec: FeatureSpec, split: SplitConfig) -> pa.Table:
     """Raw rows -> the rows preprocessing writes: features, label, sample_id and split."""
-    _require(batch, spec, with_labels=True)
-    plain, labels = spec.to_dict(), batch[spec.label_column]
+    plain, labels = spec.to_dict(), labels_of(batch, spec.label_column)
+    _require(batch, spec, with_labels=True, plain=plain)
     with _as_data_errors():  # transform_batch's steps, keeping the matrix the hashes are taken of
         raw = transform.raw_matrix(batch, plain)
         out = transform.tensors(raw, labels, plain)
