@@ -154,6 +154,16 @@ def test_a_table_with_gaps_categories_and_dates_gives_the_same_tensor(tmp_path):
     model = _served(spec.to_dict(), MLP, frame, tmp_path)
     _assert_same(_network_input(model, frame.drop(columns=["species"])), trained["features"])
     assert np.isfinite(trained["features"]).all()
+    # Numbers of any width (int64 into a float column too), text as text, dates as dates.
+    schema = model.metadata.get_input_schema().inputs
+    types = {c.name: getattr(c.type, "name", str(c.type)) for c in schema}
+    assert types == {
+        "size": "Any",
+        "count": "Any",
+        "island": "string",
+        "flag": "boolean",
+        "seen": "datetime",
+    }
 
 
 def _images() -> tuple[np.ndarray, np.ndarray]:

@@ -28,6 +28,8 @@ def _column_type(series, role: str | None = None) -> Any:
     from mlflow.types import DataType
     from mlflow.types.schema import AnyType, Array
 
+    if pd.api.types.is_bool_dtype(series):
+        return DataType.boolean
     if role == "numeric" or (role and pd.api.types.is_numeric_dtype(series)):
         return AnyType()
     if role == "datetime":
