@@ -160,3 +160,23 @@ def test_the_mixed_table_gets_its_roles(tmp_path):
     }
     assert spec.indicator_columns == ["amount", "tenure", "score"]
     assert len(spec.categories["region"]) == 100  # data.max_categories
+
+
+def test_the_row_hash_reads_every_column_raw_and_deterministically():
+    from training.data.rows import row_hashes
+
+    roles = {"size": "numeric", "colour": "categorical", "when": "datetime"}
+    frame = _table(20)[[*roles, "y"]]
+
+    def hashes(rows: pd.DataFrame) -> np.ndarray:
+        return row_hashes(rows, label_column="y", roles=roles, seed=0)
+
+    first = hashes(frame)
+    np.testing.assert_array_equal(first, hashes(frame.copy()))  # gaps hash alike every time
+    for column, value in (("colour", "violet"), ("when", pd.Timestamp("1999-01-01"))):
+        changed = frame.copy()
+        changed.loc[0, column] = value
+        other = hashes(changed)
+        assert other[0] != first[0] and (other[1:] == first[1:]).all()
+    as_text = frame.assign(when=frame["when"].astype(str))  # a CSV's dates: the same instants
+    np.testing.assert_array_equal(first, hashes(as_text))
