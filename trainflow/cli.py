@@ -266,7 +266,11 @@ def predict(
 def make_data(
     output: str = typer.Argument(..., help="Directory (or s3://bucket/prefix) to write into."),
     kind: str = typer.Option(
-        "table", "--kind", "-k", help="table: 64 float32 features + label; images: 3x32x32 uint8."
+        "table",
+        "--kind",
+        "-k",
+        help="table: 64 float32 features + label; images: 3x32x32 uint8; mixed: numbers with "
+        "gaps, text categories, dates and an id column.",
     ),
     rows: int = typer.Option(1_000_000, "--rows", "-n", min=1, help="Rows (images) to write."),
     files: int = typer.Option(16, "--files", "-f", min=1, help="Parquet files to write."),
@@ -278,16 +282,20 @@ def make_data(
     """Write a seeded synthetic data set (parquet, streamed chunk by chunk) to train on."""
     import time
 
-    from training.data import synthetic
+    from training.data import synthetic, synthetic_mixed
 
-    writers = {"table": synthetic.write_table, "images": synthetic.write_color_images}
+    writers = {
+        "table": synthetic.write_table,
+        "images": synthetic.write_color_images,
+        "mixed": synthetic_mixed.write_mixed,
+    }
     if kind not in writers:
         raise ConfigError(f"--kind {kind!r} is not one of {', '.join(writers)}")
     started = time.monotonic()
     written = writers[kind](output, rows, seed, num_files=files, endpoint_url=endpoint_url)
     hint = (
         f"--set data.source={output}"
-        if kind == "table"
+        if kind in ("table", "mixed")
         else f"--set data.source={output} --set data.image_column=image "
         "--set data.image_shape=[3,32,32] --set model.kind=cnn"
     )

@@ -35,6 +35,19 @@ class FeatureSpec:
     # (label - label_mean) / label_std and predictions are mapped back.
     label_mean: float = 0.0
     label_std: float = 1.0
+    # A table's fitted state (train split only), plain data for weights_only loading: a numeric
+    # column's median fills its gaps (one per feature_columns entry; empty: gaps are refused),
+    # indicator_columns get a 0/1 "was missing" feature, categories maps each categorical
+    # column to its vocabulary (most frequent first), datetime_years the year filling a
+    # missing date. column_roles: every input column -> its role, or why it is not used.
+    medians: list[float] = field(default_factory=list)
+    indicator_columns: list[str] = field(default_factory=list)
+    categories: dict[str, list[str]] = field(default_factory=dict)
+    datetime_columns: list[str] = field(default_factory=list)
+    datetime_years: dict[str, float] = field(default_factory=dict)
+    column_roles: dict[str, str] = field(default_factory=dict)
+    # Per feature position: a categorical's number of codes, 0 for a number (networks embed).
+    cardinalities: list[int] = field(default_factory=list)
 
     @property
     def num_features(self) -> int:
@@ -80,6 +93,7 @@ class Manifest:
     preprocessing: dict[str, Any] = field(default_factory=dict)
     input_files: list[str] = field(default_factory=list)
     task_reason: str = ""  # why preprocessing chose spec.task (printed and logged)
+    ignored_columns: dict[str, str] = field(default_factory=dict)  # column -> why not used
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)

@@ -177,12 +177,22 @@ def test_missing_label_column(tmp_path):
     assert "target" in message and "data.label_column" in message
 
 
-def test_string_feature_column(tmp_path):
+def test_a_string_feature_column_is_a_category(ray_local, tmp_path):
     columns = _good()
-    columns["name"] = np.array([f"n{i}" for i in range(60)], dtype=object)
+    columns["name"] = np.array([f"n{i % 4}" for i in range(60)], dtype=object)
     pq.write_table(pa.table(columns), tmp_path / "t.parquet")
     data = DataConfig(source=str(tmp_path / "t.parquet"), feature_columns=["a", "name"])
-    _expect_invalid(tmp_path, data, "'name'", "string", "data.feature_columns")
+    manifest = _run(data, tmp_path / "storage")[0]
+    assert manifest.spec.column_roles == {"a": "numeric", "name": "categorical"}
+    assert sorted(manifest.spec.categories["name"]) == ["n0", "n1", "n2", "n3"]
+
+
+def test_a_column_declared_numeric_holding_text(tmp_path):
+    columns = _good()
+    columns["name"] = np.array([f"n{i % 4}" for i in range(60)], dtype=object)
+    pq.write_table(pa.table(columns), tmp_path / "t.parquet")
+    data = DataConfig(source=str(tmp_path / "t.parquet"), columns={"name": "numeric"})
+    _expect_invalid(tmp_path, data, "'name' is declared numeric", "'n0'")
 
 
 def test_nan_labels(ray_local, tmp_path):
@@ -207,7 +217,15 @@ def test_nan_features(ray_local, tmp_path):
     columns = _good()
     columns["b"][[1, 2]] = np.nan
     pq.write_table(pa.table(columns), tmp_path / "t.parquet")
-    _expect_invalid(tmp_path, DataConfig(source=str(tmp_path / "t.parquet")), "'b': 2")
+    data = DataConfig(source=str(tmp_path / "t.parquet"), missing="error")
+    _expect_invalid(tmp_path, data, "'b': 2")
+
+
+def test_infinite_features_are_refused_where_gaps_are_imputed(ray_local, tmp_path):
+    columns = _good()
+    columns["b"][[1, 2]] = np.inf
+    pq.write_table(pa.table(columns), tmp_path / "t.parquet")
+    _expect_invalid(tmp_path, DataConfig(source=str(tmp_path / "t.parquet")), "infinite", "'b': 2")
 
 
 def test_empty_parquet(tmp_path):

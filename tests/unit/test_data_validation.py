@@ -198,7 +198,9 @@ def test_transform_refuses_unknown_labels():
 
 def test_transform_refuses_a_non_numeric_feature():
     batch = pd.DataFrame({"a": ["x"], "b": [2.0], "y": ["cat"]})
-    with pytest.raises(DataValidationError, match=r"\['a'\] are not numeric"):
+    with pytest.raises(
+        DataValidationError, match=r"column 'a' is numeric but holds text \(e.g. 'x'\)"
+    ):
         transform_batch(batch, _spec(), with_labels=False)
 
 

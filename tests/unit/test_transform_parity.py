@@ -2,8 +2,10 @@
 ``transform_batch``, the functions preprocessing maps over Ray Data batches) and through the
 registered model (MLflow's pyfunc, the tensor handed to its network) give identical tensors.
 
-Tables: numbers of mixed widths with a constant column (its std is 0); an image column as Arrow
-fixed-size lists, as Arrow variable-length lists and as numpy arrays; a regression's label."""
+Tables: numbers of mixed widths with a constant column (its std is 0); a table with gaps,
+categories (one value unseen in training, served too) and a datetime column; an image column as
+Arrow fixed-size lists, as Arrow variable-length lists and as numpy arrays; a regression's
+label."""
 
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ def _saved(spec: dict, model_config: dict, frame: pd.DataFrame, tmp_path) -> str
 
     torch.manual_seed(0)
     outputs = 1 if spec.get("task") == "regression" else len(spec["classes"])
-    network = build_network(model_config, spec["input_shape"], outputs, spec.get("task"))
+    network = build_network(
+        model_config, spec["input_shape"], outputs, spec.get("task"), spec.get("cardinalities")
+    )
     state = {"model": network.state_dict(), "spec": spec, "model_config": model_config}
     example = frame.drop(columns=[spec["label_column"]]).head(4)
     return flavour.save_model(state, str(tmp_path / "model"), example)
@@ -101,6 +105,65 @@ def test_a_numeric_table_gives_the_network_the_same_tensor(tmp_path):
     model = _served(spec, MLP, frame, tmp_path)
     _assert_same(_network_input(model, frame.drop(columns=["species"])), trained["features"])
     assert np.isfinite(trained["features"]).all()
+
+
+def _mixed_table(rows: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    size = rng.normal(10, 3, rows)
+    size[::7] = np.nan
+    island = rng.choice(["Biscoe", "Dream", "Torgersen"], rows).astype(object)
+    island[::11] = None
+    return pd.DataFrame(
+        {
+            "size": size,
+            "count": rng.integers(0, 50, rows),  # int64: the served signature must take it
+            "island": island,
+            "flag": rng.random(rows) > 0.5,
+            "seen": pd.date_range("2022-03-01", periods=rows, freq="13h"),
+            "species": rng.choice(["cat", "dog"], rows),
+        }
+    )
+
+
+def test_a_table_with_gaps_categories_and_dates_gives_the_same_tensor(tmp_path):
+    import pickle
+
+    import pyarrow.parquet as pq
+
+    from training.config import DataConfig
+    from training.data.schema import check_schema
+    from training.data.summary import Stats, summarise
+    from training.data.validate import feature_spec, validate
+
+    fit_rows = _mixed_table(200, 0)
+    path = str(tmp_path / "fit.parquet")
+    pq.write_table(pa.Table.from_pandas(fit_rows, preserve_index=False), path)
+    data = DataConfig(source=path, label_column="species")
+    plan = check_schema(data, [path], "parquet", None)
+    stats = Stats()
+    stats.add(pickle.loads(summarise(fit_rows, plan, data.split)["summary"][0]))
+    task, _, classes = validate(stats, data, plan, [path])
+    spec = feature_spec(stats, data, plan, classes, task)
+    assert spec.categories["island"] and spec.datetime_columns == ["seen"]
+
+    frame = _mixed_table(ROWS, 1)
+    frame.loc[:4, "island"] = "Atlantis"  # never seen in training: unknown, on both paths
+    frame.loc[5:8, "seen"] = pd.NaT
+    as_ray = pa.Table.from_pandas(frame, preserve_index=False)
+    trained = _trained_on(spec, _as_ray_hands_it(as_ray))
+    model = _served(spec.to_dict(), MLP, frame, tmp_path)
+    _assert_same(_network_input(model, frame.drop(columns=["species"])), trained["features"])
+    assert np.isfinite(trained["features"]).all()
+    # Numbers of any width (int64 into a float column too), text as text, dates as dates.
+    schema = model.metadata.get_input_schema().inputs
+    types = {c.name: getattr(c.type, "name", str(c.type)) for c in schema}
+    assert types == {
+        "size": "Any",
+        "count": "Any",
+        "island": "string",
+        "flag": "boolean",
+        "seen": "datetime",
+    }
 
 
 def _images() -> tuple[np.ndarray, np.ndarray]:

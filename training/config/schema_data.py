@@ -31,14 +31,27 @@ class DataConfig(Section):
 
     source: str = Field(
         BUILTIN_DIGITS,
-        description="builtin:digits|diabetes, or a parquet/CSV file or directory (local or s3://)",
+        description="builtin:digits|diabetes|penguins, or a parquet/CSV file or directory (local or s3://)",
     )
     format: Literal["auto", "parquet", "csv"] = Field(
         "auto", description="file format; auto infers it from the suffix"
     )
     label_column: str = Field("label", min_length=1, description="the column to predict")
     feature_columns: list[str] | None = Field(
-        None, description="numeric feature columns; default: every other numeric column"
+        None, description="feature columns; default: every other column, by its inferred role"
+    )
+    columns: dict[str, Literal["numeric", "categorical", "datetime", "ignore"]] = Field(
+        default_factory=dict,
+        description="a column's role where inference should not decide (e.g. an int code as "
+        "categorical, a text column as datetime, a column to leave out)",
+    )
+    missing: Literal["impute", "error"] = Field(
+        "impute",
+        description="impute: a gap is the train median plus a missing flag (a category of its "
+        "own); error: refuse rows with gaps",
+    )
+    max_categories: int = Field(
+        100, ge=1, description="vocabulary size per categorical column; rarer values share one"
     )
     image_column: str | None = Field(
         None, description="a column of fixed-size numeric arrays, used instead of features"
@@ -68,4 +81,6 @@ class DataConfig(Section):
             raise ValueError("data.feature_columns is empty; list columns or leave it unset")
         if self.feature_columns is not None and self.label_column in self.feature_columns:
             raise ValueError(f"label column {self.label_column!r} is also in data.feature_columns")
+        if self.label_column in self.columns:
+            raise ValueError(f"label column {self.label_column!r} cannot have a data.columns role")
         return self

@@ -1,7 +1,8 @@
 """The bundled real data sets, written once as parquet: scikit-learn's 8x8 digits
 (classification; also upscaled to 1x32x32 images) and its diabetes set (regression).
 
-Nothing downloads: both ship inside scikit-learn.
+Nothing downloads: both ship inside scikit-learn; the Palmer penguins table (categories and
+gaps) ships inside the ``palmerpenguins`` package.
 """
 
 from __future__ import annotations
@@ -94,4 +95,25 @@ def ensure_diabetes(home: Path) -> str:
         columns["label"] = np.asarray(bunch.target, dtype=np.float64)
         with atomic_path(path) as tmp:
             pq.write_table(pa.table(columns), tmp)
+    return str(path)
+
+
+BUILTIN_PENGUINS = "builtin:penguins"
+PENGUINS_FILE = "penguins.parquet"
+
+
+def ensure_penguins(home: Path) -> str:
+    """Write the Palmer penguins table (the ``palmerpenguins`` package ships it) to
+    ``<home>/datasets/penguins/penguins.parquet`` once, as it is: 344 penguins, ``species``
+    (the label), ``island`` and ``sex`` (text categories), four body measurements (float64) and
+    ``year`` (int64), with 19 empty cells.
+    """
+    path = Path(home) / "datasets" / "penguins" / PENGUINS_FILE
+    if not path.exists():
+        from palmerpenguins import load_penguins
+
+        frame = load_penguins()
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp)
     return str(path)

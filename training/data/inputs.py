@@ -14,22 +14,25 @@ import pyarrow.fs as pafs
 from training.config import BUILTIN_DIGITS, DataConfig
 from training.data.builtin import (
     BUILTIN_DIABETES,
+    BUILTIN_PENGUINS,
     DIGITS32,
     ensure_diabetes,
     ensure_digits,
     ensure_digits32,
+    ensure_penguins,
 )
 from training.errors import DataValidationError, ServiceUnreachableError, StorageError
 from training.storage import filesystem, is_remote, join, trainflow_home, upload_file
 
 # Bump when the output of preprocessing changes for the same input and config: old caches die.
-PREPROCESS_VERSION = "1"
+PREPROCESS_VERSION = "2"
 _SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 #: The bundled data sets: name -> the function that writes them under the home.
 BUILTIN = {
     BUILTIN_DIGITS: ensure_digits,
     DIGITS32: ensure_digits32,
     BUILTIN_DIABETES: ensure_diabetes,
+    BUILTIN_PENGUINS: ensure_penguins,
 }
 
 

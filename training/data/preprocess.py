@@ -20,6 +20,7 @@ from training.config import DataConfig, PipelineConfig
 from training.data.diagnose import naming_bad_files
 from training.data.inputs import input_format
 from training.data.read import input_bytes, read_input, read_input_here
+from training.data.roles import REASONS, role_line
 from training.data.rows import SPLIT, output_rows
 from training.data.schema import check_schema
 from training.data.summary import Stats, summarise
@@ -103,6 +104,7 @@ def preprocess(
         "preprocess", f"{stats.rows:,} rows read and validated", rows_validated=stats.rows
     )
     spec = feature_spec(stats, data, plan, classes, task)
+    ignored = _report_roles(spec, plan)
 
     rows_out = _per_batch(
         ds, output_rows, {"spec": spec, "split": data.split}, udf_modifying_row_count=False
@@ -112,6 +114,7 @@ def preprocess(
 
     manifest = _manifest(fingerprint, data, data_dir, files, stats, spec)
     manifest.task_reason = reason
+    manifest.ignored_columns = ignored
     # Last: the manifest is the completion marker.
     write_text_atomic(join(data_dir, MANIFEST_FILE), manifest.to_json(), layout.endpoint_url)
     log.info("preprocessed %d rows into %s; task %s (%s)", stats.rows, data_dir, task, reason)
@@ -122,6 +125,18 @@ def preprocess(
         task=task,
     )
     return manifest
+
+
+def _report_roles(spec: FeatureSpec, plan) -> dict[str, str]:
+    """The columns' roles on the preprocess line, and each column left out with its reason."""
+    if not spec.column_roles:
+        return {}
+    ignored = {c: REASONS.get(r, r) for c, r in spec.column_roles.items() if r in REASONS}
+    ignored.update(plan.ignored)
+    progress.report("preprocess", f"columns: {role_line(spec.column_roles)}")
+    for column, reason in ignored.items():
+        progress.report("preprocess", f"column {column!r} not used: {reason}")
+    return ignored
 
 
 def _manifest(

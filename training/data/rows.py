@@ -19,9 +19,12 @@ from training.errors import DataValidationError
 from training.manifest import FEATURES, LABEL, SAMPLE_ID, FeatureSpec
 from training.model.trainflow_pyfunc import transform
 from training.model.trainflow_pyfunc.transform import TransformError
+from training.model.trainflow_pyfunc.transform_steps import category_keys, parse_datetimes
 
 #: The column of the written rows that names their split (a partition directory once written).
 SPLIT = "split"
+#: The roles of the columns a table's rows are read (and hashed) by.
+_READ_ROLES = ("numeric", "categorical", "datetime")
 
 
 def _split_key(seed: int) -> str:
@@ -81,16 +84,48 @@ def row_hashes(
     feature_columns: list[str] | None = None,
     image_column: str | None = None,
     seed: int = 0,
+    roles: dict[str, str] | None = None,
 ) -> np.ndarray:
-    """A seeded 64-bit hash (uint64) of each row's features and label: its identity and split."""
+    """A seeded 64-bit hash (uint64) of each row's features and label: its identity and split.
+
+    ``roles`` (a table's columns by role) hashes every column read, raw: numbers (gaps as NaN),
+    categories as their text, datetimes as instants."""
+    if roles and not image_column:
+        return hash_rows(raw_values(batch, roles), labels_of(batch, label_column), seed)
     raw = feature_matrix(batch, feature_columns, image_column)
     return hash_rows(raw, labels_of(batch, label_column), seed)
 
 
-def hash_rows(raw: np.ndarray, labels: pd.Series, seed: int) -> np.ndarray:
-    """``row_hashes`` of a feature matrix already built."""
-    frame = pd.DataFrame(raw)
-    frame[raw.shape[1]] = _hashable_labels(labels)
+def hash_roles(spec: FeatureSpec | dict) -> dict[str, str]:
+    """The columns a spec's rows were hashed by, by role (what the plan read)."""
+    plain = spec if isinstance(spec, dict) else spec.to_dict()
+    read = {"id-like": "categorical", "text": "categorical"}
+    roles = plain.get("column_roles") or {}
+    hashed = {c: read.get(r, r) for c, r in roles.items() if read.get(r, r) in _READ_ROLES}
+    return hashed or {c: "numeric" for c in plain.get("feature_columns") or []}
+
+
+def raw_values(batch: pd.DataFrame, roles: dict[str, str]) -> pd.DataFrame:
+    """A table's columns read, raw, as a frame to hash: numbers first (a numeric table hashes
+    as it always did), then categories as text and datetimes as int64 nanoseconds."""
+    require_columns(BATCH, batch.columns, features=list(roles))
+    numeric = [c for c, r in roles.items() if r == "numeric"]
+    with _as_data_errors():
+        frame = pd.DataFrame(transform.numbers(batch, numeric))
+        for column, role in roles.items():
+            if role == "categorical":
+                keys = category_keys(batch[column])
+                frame[frame.shape[1]] = keys.to_numpy(dtype=object, na_value=None)
+            elif role == "datetime":
+                parsed = parse_datetimes(batch[column], column).dt.tz_localize(None)
+                frame[frame.shape[1]] = parsed.to_numpy("datetime64[ns]").view(np.int64)
+    return frame
+
+
+def hash_rows(raw: np.ndarray | pd.DataFrame, labels: pd.Series, seed: int) -> np.ndarray:
+    """``row_hashes`` of a feature matrix (or raw-value frame) already built."""
+    frame = raw if isinstance(raw, pd.DataFrame) else pd.DataFrame(raw)
+    frame[frame.shape[1]] = _hashable_labels(labels)
     key = _split_key(seed)
     hashed = pd.util.hash_pandas_object(frame, index=False, hash_key=key)
     return _keyed_mix(hashed.to_numpy(dtype=np.uint64), key)
@@ -115,10 +150,13 @@ def labels_of(batch: pd.DataFrame, column: str) -> pd.Series:
     return batch[column]
 
 
-def _require(batch: pd.DataFrame, spec: FeatureSpec, with_labels: bool) -> None:
+def _require(
+    batch: pd.DataFrame, spec: FeatureSpec, with_labels: bool, plain: dict | None = None
+) -> None:
     """Training's wording for a missing column (it names the setting to fix)."""
     label = spec.label_column if with_labels else None
-    features = [] if spec.image_column else list(spec.feature_columns or [])
+    plain = plain or spec.to_dict()
+    features = [] if spec.image_column else transform.input_columns(plain)
     require_columns(BATCH, batch.columns, label=label, image=spec.image_column, features=features)
 
 
@@ -128,9 +166,10 @@ def transform_batch(
     """Raw rows -> {"features": float32 [n, num_features], "label": int64 [n]} (label optional;
     a regression's label is float32, normalised by the train split's label mean and std): the
     transform the registered model applies."""
-    _require(batch, spec, with_labels)
+    plain = spec.to_dict()
+    _require(batch, spec, with_labels, plain)
     with _as_data_errors():
-        return transform.transform(batch, spec.to_dict(), with_labels)
+        return transform.transform(batch, plain, with_labels)
 
 
 def normalise_labels(labels: np.ndarray, spec: FeatureSpec) -> np.ndarray:
@@ -145,12 +184,15 @@ def denormalise_labels(values: np.ndarray, spec: FeatureSpec) -> np.ndarray:
 
 def output_rows(batch: pd.DataFrame, spec: FeatureSpec, split: SplitConfig) -> pa.Table:
     """Raw rows -> the rows preprocessing writes: features, label, sample_id and split."""
-    _require(batch, spec, with_labels=True)
-    plain, labels = spec.to_dict(), batch[spec.label_column]
+    plain, labels = spec.to_dict(), labels_of(batch, spec.label_column)
+    _require(batch, spec, with_labels=True, plain=plain)
     with _as_data_errors():  # transform_batch's steps, keeping the matrix the hashes are taken of
         raw = transform.raw_matrix(batch, plain)
         out = transform.tensors(raw, labels, plain)
-    hashes = hash_rows(raw, labels, split.seed)
+    if spec.image_column or not spec.column_roles:
+        hashes = hash_rows(raw, labels, split.seed)
+    else:
+        hashes = hash_rows(raw_values(batch, hash_roles(plain)), labels, split.seed)
     # A plain fixed-size list (not Ray's tensor type) so pyarrow alone can read the files back.
     features = out[transform.FEATURES].ravel()
     vectors = pa.FixedSizeListArray.from_arrays(pa.array(features), spec.num_features)

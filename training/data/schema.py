@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from training.config import DataConfig
-from training.data.columns import check_image_shape, not_numeric, require_columns
+from training.data.columns import check_image_shape, require_columns
+from training.data.roles import table_roles
 from training.errors import DataValidationError, ServiceUnreachableError
 from training.storage import filesystem
 
@@ -26,16 +27,30 @@ FIX_FILE = "re-export it or remove it from the input directory"
 
 @dataclass(frozen=True)
 class Plan:
-    """What the passes read: the format, the label, and the feature columns or image column."""
+    """What the passes read: the format, the label, and the feature columns or image column.
+
+    ``features`` are the numeric columns; ``roles`` every table column read, by its role from
+    its type (numeric, categorical, datetime; the summary pass may still find a string column
+    id-like or free text); ``ignored`` the columns not read, with the reason.
+    """
 
     fmt: str
     label: str
     features: list[str] | None
     image: str | None
+    roles: dict[str, str] = field(default_factory=dict)
+    ignored: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def hash_roles(self) -> dict[str, str]:
+        """The columns a row's identity hashes, by role (the numeric ones alone: as before)."""
+        return self.roles or {c: "numeric" for c in self.features or []}
 
     @property
     def columns(self) -> list[str]:
-        return [*(self.features or [self.image]), self.label]
+        if self.image:
+            return [self.image, self.label]
+        return [*(self.hash_roles or {}), self.label]
 
 
 def is_numeric(dtype: pa.DataType) -> bool:
@@ -53,8 +68,9 @@ def csv_options(plan: Plan) -> dict[str, Any]:
 
     # Fixed feature types: blocks (and files) whose inference differs (int vs float) still concat.
     # strings_can_be_null: an empty label cell is a missing label, not a class named "".
+    types = {"numeric": pa.float64(), "categorical": pa.string(), "datetime": pa.string()}
     options = pacsv.ConvertOptions(
-        column_types={c: pa.float64() for c in plan.features or []},
+        column_types={c: types[r] for c, r in plan.hash_roles.items()},
         include_columns=plan.columns,
         strings_can_be_null=True,
     )
@@ -98,6 +114,8 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
     width = None
     total_rows: int | None = 0
     first_label: tuple[str, pa.DataType] | None = None
+    roles: dict[str, str] = {}
+    ignored: dict[str, str] = {}
     for file in files:
         schema, rows = _file_schema(file, fmt, endpoint_url)
         total_rows = None if rows is None or total_rows is None else total_rows + rows
@@ -106,14 +124,12 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
         if data.image_column is not None:
             width = _check_image_column(file, schema, data.image_column)
             continue
-        if features is None:
-            features = _numeric_columns(file, schema, data.label_column)
         fix = f"Fix data.feature_columns or {FIX_FILE}"
-        require_columns(file, schema.names, features=features, origin=f" (from {which})", fix=fix)
-        types = {c: schema.field(c).type for c in features}
-        bad = {c: str(t) for c, t in types.items() if not is_numeric(t)}
-        if bad:
-            raise not_numeric(file, bad)
+        wanted = list(roles) or features or []
+        require_columns(file, schema.names, features=wanted, origin=f" (from {which})", fix=fix)
+        if not roles:
+            roles, ignored = table_roles(file, schema, data, fmt, endpoint_url, features)
+            features = [c for c, r in roles.items() if r == "numeric"]
         width = len(features)
     if total_rows == 0:
         raise DataValidationError(
@@ -122,7 +138,7 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
         )
     if width is not None:
         check_image_shape(data.image_shape, width)
-    return Plan(fmt, data.label_column, features, data.image_column)
+    return Plan(fmt, data.label_column, features, data.image_column, roles, ignored)
 
 
 def _same_label_kind(
@@ -140,20 +156,6 @@ def _same_label_kind(
             f"class would be two; {FIX_FILE}"
         )
     return first
-
-
-def _numeric_columns(file: str, schema: pa.Schema, label: str) -> list[str]:
-    """No data.feature_columns: every numeric column of the first file but the label."""
-    features = [n for n in schema.names if n != label and is_numeric(schema.field(n).type)]
-    skipped = [n for n in schema.names if n != label and n not in features]
-    if skipped:
-        log.warning("skipping non-numeric columns %s of %s", skipped[:20], file)
-    if not features:
-        raise DataValidationError(
-            f"{file} has no numeric column besides the label {label!r}; set "
-            "data.feature_columns or data.image_column"
-        )
-    return features
 
 
 def _check_image_column(file: str, schema: pa.Schema, column: str) -> int | None:

@@ -35,7 +35,7 @@ def _arrow_rows_of_split(table, spec: dict, split_config: dict, split: str):
 
 def _in_split(batch: pd.DataFrame, spec: dict, split_config: dict, split: str) -> np.ndarray:
     from training.config import SplitConfig
-    from training.data.rows import assign_splits, row_hashes
+    from training.data.rows import assign_splits, hash_roles, row_hashes
 
     cfg = SplitConfig(**split_config)
     hashes = row_hashes(
@@ -44,6 +44,7 @@ def _in_split(batch: pd.DataFrame, spec: dict, split_config: dict, split: str) -
         feature_columns=spec["feature_columns"],
         image_column=spec["image_column"],
         seed=cfg.seed,
+        roles=None if spec["image_column"] else hash_roles(spec),
     )
     return assign_splits(hashes, cfg) == split
 
@@ -63,8 +64,15 @@ def _input_plan(manifest: Manifest):
     spec = manifest.spec
     data = DataConfig(**manifest.preprocessing)
     files = list(manifest.input_files)
+    from training.data.rows import hash_roles
+
+    roles = {} if spec.image_column else hash_roles(spec)
     plan = Plan(
-        input_format(data, files), spec.label_column, spec.feature_columns, spec.image_column
+        input_format(data, files),
+        spec.label_column,
+        spec.feature_columns,
+        spec.image_column,
+        roles,
     )
     return data, files, plan
 

@@ -14,18 +14,27 @@ import numpy as np
 import pandas as pd
 
 from training.config import SplitConfig
-from training.data.rows import assign_splits, feature_matrix, hash_rows, labels_of, missing_labels
+from training.data.fitting import TableFit, table_partial
+from training.data.rows import (
+    assign_splits,
+    feature_matrix,
+    hash_rows,
+    labels_of,
+    missing_labels,
+    raw_values,
+)
 from training.data.schema import Plan
 from training.data.task import MAX_CLASSES, label_kind
 from training.errors import DataValidationError
 from training.manifest import SPLITS
+from training.model.trainflow_pyfunc.transform import TransformError, numbers
 
 
 def summarise(batch: pd.DataFrame, plan: Plan, split: SplitConfig) -> dict[str, np.ndarray]:
     """A tiny per-batch summary: split/class counts, null labels, non-finite values, train stats."""
     try:
         summary = batch_summary(batch, plan, split) if len(batch) else {"rows": 0}
-    except DataValidationError as exc:
+    except (DataValidationError, TransformError) as exc:
         # Carried as data: Ray would wrap a raised exception and lose its type.
         summary = {"error": str(exc)}
     return {"summary": np.array([pickle.dumps(summary)], dtype=object)}
@@ -33,10 +42,18 @@ def summarise(batch: pd.DataFrame, plan: Plan, split: SplitConfig) -> dict[str, 
 
 def batch_summary(batch: pd.DataFrame, plan: Plan, split: SplitConfig) -> dict[str, Any]:
     """The summary of one non-empty batch (``summarise`` runs it on the workers)."""
-    raw = feature_matrix(batch, plan.features, plan.image)
     labels = labels_of(batch, plan.label)
-    splits = assign_splits(hash_rows(raw, labels, split.seed), split)
+    table = None
+    if plan.image:
+        raw = feature_matrix(batch, plan.features, plan.image)
+        hashes = hash_rows(raw, labels, split.seed)
+    else:
+        hashes = hash_rows(raw_values(batch, plan.hash_roles), labels, split.seed)
+        raw = numbers(batch, plan.features or [])
+    splits = assign_splits(hashes, split)
     null = missing_labels(labels)
+    if not plan.image:
+        table = table_partial(batch, plan.hash_roles, (splits == "train") & ~null, hashes)
     frame = pd.DataFrame({"split": splits[~null], "label": labels[~null].to_numpy()})
     counts: dict[str, dict[Any, int]] | None = {s: {} for s in SPLITS}
     if frame["label"].nunique() > MAX_CLASSES:
@@ -44,25 +61,35 @@ def batch_summary(batch: pd.DataFrame, plan: Plan, split: SplitConfig) -> dict[s
     else:
         for (s, value), n in frame.groupby(["split", "label"], sort=False).size().items():
             counts[s][value.item() if hasattr(value, "item") else value] = int(n)
-    bad = (~np.isfinite(raw)).sum(axis=0)
     names = plan.features or [plan.image] * raw.shape[1]
-    nonfinite: dict[str, int] = {}
-    for name, n in zip(names, bad.tolist(), strict=True):
-        if n:
-            nonfinite[name] = nonfinite.get(name, 0) + n
-    train = raw[splits == "train"]
-    mean = train.mean(axis=0) if len(train) else np.zeros(raw.shape[1])
-    m2 = ((train - mean) ** 2).sum(axis=0)
+    nonfinite = _count_by_name(names, (~np.isfinite(raw)).sum(axis=0))
+    infinite = _count_by_name(names, np.isinf(raw).sum(axis=0))
+    if table is None:
+        train = raw[splits == "train"]
+        mean = train.mean(axis=0) if len(train) else np.zeros(raw.shape[1])
+        moments = (len(train), mean, ((train - mean) ** 2).sum(axis=0))
+    else:
+        moments = (0, 0.0, 0.0)  # a table's are per column, in its partial (gaps left out)
     return {
         "rows": len(batch),
         "width": raw.shape[1],
+        "table": table,
+        "infinite": infinite,
         "class_counts": counts,
         "split_rows": {s: int(n) for s, n in frame["split"].value_counts().items()},
         "null_labels": int(null.sum()),
         "nonfinite": nonfinite,
-        "train": (len(train), mean, m2),
+        "train": moments,
         **_label_summary(labels[~null], splits[~null]),
     }
+
+
+def _count_by_name(names: list[str], counts: np.ndarray) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, n in zip(names, counts.tolist(), strict=True):
+        if n:
+            out[name] = out.get(name, 0) + n
+    return out
 
 
 def _label_summary(labels: pd.Series, splits: np.ndarray) -> dict[str, Any]:
@@ -109,6 +136,8 @@ class Stats:
     inf_labels: int = 0
     fractional: bool = False
     label_train: tuple = (0, 0.0, 0.0)  # count, mean, M2 of a numeric label's train values
+    infinite: dict | None = None  # numeric column -> rows with an infinite value
+    table: TableFit | None = None  # a table's columns fitted on the train split
 
     @property
     def distinct_labels(self) -> int:
@@ -147,3 +176,9 @@ class Stats:
         for name, n in part["nonfinite"].items():
             self.nonfinite[name] = self.nonfinite.get(name, 0) + n
         self.train = _merge_moments(self.train, part["train"])
+        self.infinite = self.infinite or {}
+        for name, n in part.get("infinite", {}).items():
+            self.infinite[name] = self.infinite.get(name, 0) + n
+        if part.get("table") is not None:
+            self.table = self.table or TableFit(roles={})
+            self.table.add(part["table"])

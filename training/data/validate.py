@@ -11,6 +11,7 @@ import numpy as np
 from training.config import DataConfig
 from training.data.columns import check_image_shape, ragged
 from training.data.diagnose import locate_missing_labels
+from training.data.fitted import table_state
 from training.data.schema import Plan
 from training.data.summary import Stats
 from training.data.task import MAX_CLASSES, REGRESSION, choose_task
@@ -100,11 +101,18 @@ def _check_values(
             f"{stats.null_labels} of {stats.rows} rows have no value in label column "
             f"{data.label_column!r}{where}; drop or fill those rows before training"
         )
-    if stats.nonfinite:
+    if data.missing == "impute" and not plan.image:
+        if stats.infinite:
+            detail = ", ".join(f"{k!r}: {v}" for k, v in list(stats.infinite.items())[:10])
+            raise DataValidationError(
+                f"feature values are infinite ({detail}); drop or fix those rows, or leave the "
+                "columns out (data.columns: {name: ignore})"
+            )
+    elif stats.nonfinite:
         detail = ", ".join(f"{k!r}: {v}" for k, v in list(stats.nonfinite.items())[:10])
         raise DataValidationError(
-            f"feature values are NaN or infinite ({detail}); drop or impute those rows, or leave "
-            "the columns out of data.feature_columns"
+            f"feature values are NaN or infinite ({detail}); drop those rows, set "
+            "data.missing=impute, or leave the columns out of data.feature_columns"
         )
     if len(stats.widths) > 1:
         raise ragged(plan.image, stats.widths)
@@ -140,6 +148,8 @@ def feature_spec(
     if task == REGRESSION:
         n_label, label_mean, label_m2 = stats.label_train
         label_std = math.sqrt(label_m2 / n_label)
+    if stats.table is not None:
+        return _table_spec(stats, data, plan, classes, task, (label_mean, label_std))
     n_train, mean, m2 = stats.train
     std = np.sqrt(m2 / n_train)
     std = np.where(std > 0, std, 1.0)  # constant columns: leave them centred, not divided by 0
@@ -155,4 +165,23 @@ def feature_spec(
         task=task,
         label_mean=float(label_mean),
         label_std=float(label_std),
+    )
+
+
+def _table_spec(
+    stats: Stats, data: DataConfig, plan: Plan, classes: list[Any], task: str, label: tuple
+) -> FeatureSpec:
+    """A table's spec: its fitted state (``training.data.fitted``) and per-position stats."""
+    state = table_state(stats.table, data, plan)
+    return FeatureSpec(
+        label_column=data.label_column,
+        classes=classes,
+        input_shape=[len(state.mean)],
+        mean=state.mean,
+        std=state.std,
+        feature_columns=plan.features,
+        task=task,
+        label_mean=float(label[0]),
+        label_std=float(label[1]),
+        **state.fields,
     )

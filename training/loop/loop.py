@@ -133,7 +133,9 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
     max_epochs = int(settings["max_epochs"])
     train = config.train
     seed_everything(train.seed + ctx.rank)
-    model = build_model(config.model, spec.input_shape, spec.num_outputs, spec.task)
+    model = build_model(
+        config.model, spec.input_shape, spec.num_outputs, spec.task, spec.cardinalities
+    )
     optimizer, scheduler = _optimizer(model, train, max_epochs)
     # The global batch is split across workers so results do not depend on the worker count.
     batch_rows, micro_rows = step_plan(

@@ -12,7 +12,12 @@ __all__ = ["CNN", "MLP", "build_model"]
 
 
 def build_model(
-    cfg: ModelConfig, input_shape: list[int], num_outputs: int, task: str = "classification"
+    cfg: ModelConfig,
+    input_shape: list[int],
+    num_outputs: int,
+    task: str = "classification",
+    cardinalities: list[int] | None = None,
 ) -> nn.Module:
-    """The network for a model config and a feature spec's shape, outputs and task."""
-    return build_network(cfg.model_dump(), input_shape, num_outputs, task)
+    """The network for a model config and a feature spec's shape, outputs, task and
+    categorical positions."""
+    return build_network(cfg.model_dump(), input_shape, num_outputs, task, cardinalities)

@@ -9,6 +9,7 @@ from training import progress
 from training.config import PipelineConfig
 from training.data import inputs
 from training.data import preprocess as preprocessing
+from training.data.roles import role_line
 from training.manifest import Manifest
 from training.stages import preflight
 from training.stages.connect import connect_ray
@@ -49,6 +50,16 @@ def preprocess(config: PipelineConfig, fingerprint: str, files: list[str]) -> Ma
     return preprocessing.preprocess(config, StorageLayout.from_config(config), fingerprint, files)
 
 
+def _columns_text(manifest: Manifest) -> str:
+    """``; columns: 4 numeric, 1 categorical, 1 id-like ignored ('order_id': id-like ...)``:
+    every column's role on the preprocess line, each one not used named with its reason."""
+    roles = manifest.spec.column_roles
+    if not roles:
+        return ""
+    ignored = "; ".join(f"{c!r} not used: {r}" for c, r in manifest.ignored_columns.items())
+    return f"; columns: {role_line(roles)}" + (f" ({ignored})" if ignored else "")
+
+
 def record(
     config: PipelineConfig, tracker: Tracker, parent_run: str, manifest: Manifest, cached: bool
 ) -> Prepared:
@@ -64,12 +75,13 @@ def record(
             "preprocess_cached": cached,
             "trainflow.task": spec.task,
             "trainflow.task_reason": manifest.task_reason or f"data.task={spec.task}",
+            **{f"trainflow.column.{c}": r for c, r in spec.column_roles.items()},
         },
     )
     tracker.log_text(parent_run, manifest.to_json(), "manifest.json")
     progress.report(
         "preprocess",
-        f"{sum(manifest.rows.values()):,} rows; task: {spec.task} "
+        f"{sum(manifest.rows.values()):,} rows{_columns_text(manifest)}; task: {spec.task} "
         f"({manifest.task_reason or 'data.task'})",
         task=spec.task,
     )

@@ -302,7 +302,11 @@ def network_from_state(state: dict[str, Any]) -> tuple[nn.Module, FeatureSpec]:
 
     spec = FeatureSpec.from_dict(state["spec"])
     model = build_model(
-        ModelConfig(**state["model_config"]), spec.input_shape, spec.num_outputs, spec.task
+        ModelConfig(**state["model_config"]),
+        spec.input_shape,
+        spec.num_outputs,
+        spec.task,
+        spec.cardinalities,
     )
     model.load_state_dict(state["model"])
     model.eval()

@@ -18,13 +18,23 @@ if TYPE_CHECKING:
 EXAMPLE_ROWS = 5
 
 
-def _column_type(series) -> Any:
-    """The signature type of a raw column: floats as double (float32 upcasts), ints as long."""
+def _column_type(series, role: str | None = None) -> Any:
+    """The signature type of a raw column: text as string, datetimes as datetime, arrays as
+    arrays. A number is of any width: MLflow refuses int64 for a double column ("can not safely
+    convert"), so a numeric column is typed Any and the transform converts it (text in it is
+    still one error naming the column)."""
     import numpy as np
     import pandas as pd
     from mlflow.types import DataType
-    from mlflow.types.schema import Array
+    from mlflow.types.schema import AnyType, Array
 
+    if pd.api.types.is_bool_dtype(series):
+        return DataType.boolean
+    if role == "numeric" or (role and pd.api.types.is_numeric_dtype(series)):
+        return AnyType()
+    if role == "datetime":
+        is_time = pd.api.types.is_datetime64_any_dtype(series)
+        return DataType.datetime if is_time else DataType.string
     if pd.api.types.is_bool_dtype(series):
         return DataType.boolean
     if pd.api.types.is_integer_dtype(series):
@@ -44,8 +54,13 @@ def signature(spec: dict[str, Any], example: pd.DataFrame | None):
     from mlflow.types.schema import Array
 
     columns = input_columns(spec)
+    roles = spec.get("column_roles") or {}
     if example is not None:
-        inputs = [ColSpec(_column_type(example[c]), c) for c in columns]
+        # A table's columns may have gaps wherever training imputed them: not required values.
+        required = not roles
+        inputs = [
+            ColSpec(_column_type(example[c], roles.get(c)), c, required=required) for c in columns
+        ]
     elif spec.get("image_column"):
         inputs = [ColSpec(Array(DataType.double), columns[0])]
     else:

@@ -27,16 +27,22 @@ class ModelSpec:
     """What trainflow knows of the data when it builds a model: the factory's first argument.
 
     ``input_shape``: ``(F,)`` for a table of F features, ``(C, H, W)`` for images;
-    ``num_outputs``: classes, or 1 for regression; ``task``: "classification" or "regression".
+    ``num_outputs``: classes, or 1 for regression; ``task``: "classification" or "regression";
+    ``cardinalities``: per feature position of a table, the number of codes of a categorical
+    position (its value is the integer code, as a float) and 0 for a number; empty for images.
     """
 
     input_shape: tuple[int, ...]
     num_outputs: int
     task: str = "classification"
+    cardinalities: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, input_shape, num_outputs: int, task: str = "classification") -> ModelSpec:
-        return cls(tuple(int(d) for d in input_shape), int(num_outputs), task)
+    def of(
+        cls, input_shape, num_outputs: int, task: str = "classification", cardinalities=None
+    ) -> ModelSpec:
+        cards = tuple(int(c) for c in cardinalities or ())
+        return cls(tuple(int(d) for d in input_shape), int(num_outputs), task, cards)
 
 
 def split_factory(path: str) -> tuple[str, str]:

@@ -85,6 +85,7 @@ class TrainflowModel(mlflow.pyfunc.PythonModel):
             spec["input_shape"],
             num_outputs(spec),
             spec.get("task", "classification"),
+            spec.get("cardinalities"),
         )
         network.load_state_dict(state["model"])
         self.device = torch.device(device)

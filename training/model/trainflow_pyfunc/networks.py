@@ -18,15 +18,38 @@ from .custom import ModelSpec, build_custom
 from .resnet import ResNet18
 
 
+def embedding_size(cardinality: int) -> int:
+    """An embedding's width from its number of codes (fast.ai's rule of thumb, at most 16)."""
+    return max(1, min(16, round(1.6 * cardinality**0.56)))
+
+
 class MLP(nn.Module):
-    """Dense blocks (Linear, ReLU, Dropout per hidden size), then a linear head."""
+    """Dense blocks (Linear, ReLU, Dropout per hidden size), then a linear head.
+
+    ``cardinalities`` (per feature position; 0 a number): each categorical position's code is
+    embedded and the embeddings are concatenated with the numeric positions."""
 
     def __init__(
-        self, num_features: int, num_classes: int, hidden_sizes: list[int], dropout: float
+        self,
+        num_features: int,
+        num_classes: int,
+        hidden_sizes: list[int],
+        dropout: float,
+        cardinalities: list[int] | None = None,
     ):
         super().__init__()
+        cards = list(cardinalities or [])
+        categorical = [i for i, c in enumerate(cards) if c > 0]
+        self.register_buffer(
+            "categorical", torch.tensor(categorical, dtype=torch.long), persistent=False
+        )
+        numeric = [i for i in range(num_features) if i not in set(categorical)]
+        self.register_buffer("numeric", torch.tensor(numeric, dtype=torch.long), persistent=False)
+        self.embeddings = nn.ModuleList(
+            nn.Embedding(cards[i], embedding_size(cards[i])) for i in categorical
+        )
         layers: list[nn.Module] = []
-        width = num_features
+        width = len(numeric) + sum(e.embedding_dim for e in self.embeddings)
         for hidden in hidden_sizes:
             layers += [nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(dropout)]
             width = hidden
@@ -34,7 +57,13 @@ class MLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x.flatten(1))
+        x = x.flatten(1)
+        if not len(self.embeddings):
+            return self.net(x)
+        codes = x.index_select(1, self.categorical).round().long()
+        parts = [x.index_select(1, self.numeric)]
+        parts += [embed(codes[:, i]) for i, embed in enumerate(self.embeddings)]
+        return self.net(torch.cat(parts, dim=1))
 
 
 class CNN(nn.Module):
@@ -76,11 +105,14 @@ def build_network(
     input_shape: list[int],
     num_classes: int,
     task: str = "classification",
+    cardinalities: list[int] | None = None,
 ) -> nn.Module:
-    """The network of a model config (``ModelConfig`` as a plain dict, as checkpoints hold it)."""
+    """The network of a model config (``ModelConfig`` as a plain dict, as checkpoints hold it);
+    ``cardinalities``: per feature position, a categorical's number of codes (0: a number)."""
     kind = model_config.get("kind")
     if kind == "custom":
-        return build_custom(model_config, ModelSpec.of(input_shape, num_classes, task))
+        spec = ModelSpec.of(input_shape, num_classes, task, cardinalities)
+        return build_custom(model_config, spec)
     dropout = float(model_config.get("dropout", 0.0))
     if kind in ("cnn", "resnet18") and len(input_shape) != 3:
         raise ValueError(f"model.kind={kind} needs an image shape [C, H, W], got {input_shape}")
@@ -94,4 +126,5 @@ def build_network(
             int(model_config["cnn_hidden"]),
             dropout,
         )
-    return MLP(math.prod(input_shape), num_classes, list(model_config["hidden_sizes"]), dropout)
+    hidden = list(model_config["hidden_sizes"])
+    return MLP(math.prod(input_shape), num_classes, hidden, dropout, cardinalities)

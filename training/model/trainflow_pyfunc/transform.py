@@ -6,9 +6,13 @@ it) and uses numpy and pandas only (Arrow columns through pandas' own ``.list`` 
 model still loads where trainflow is not installed.
 
 The features are a row of *steps*, each a plain-data pair (kind, columns) read from the spec and
-applied by the function registered for its kind: ``numeric`` columns as float64, an ``image``
-column of equal-length arrays flattened. Their matrix is then checked finite and normalised by
-the train split's mean and std. A new kind of column is one more step, not a second path.
+applied by the function registered for its kind (``transform_steps.py``): ``numeric`` columns as
+float64 (a gap filled with the train median), ``missing`` 0/1 indicators of those gaps,
+``categorical`` columns as one integer code each (0 other/unknown, 1 missing, 2.. the fitted
+vocabulary), ``datetime`` columns as year and cyclical month/weekday/hour, an ``image`` column of
+equal-length arrays flattened. Their matrix is then checked finite and normalised by the train
+split's mean and std (a categorical code has mean 0, std 1: it stays an exact integer). A new kind
+of column is one more step, not a second path.
 
 Every refusal is a :class:`TransformError` naming the column: training raises it as a
 ``DataValidationError``, the served model as MLflow's HTTP 400.
@@ -23,25 +27,36 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .transform_steps import DATETIME_WIDTH, TransformError, categorical_codes, datetime_parts
+
 #: The keys of a transformed batch: the network's input and, with labels, its target.
 FEATURES = "features"
 LABEL = "label"
 
 
-class TransformError(ValueError):
-    """Raw rows the transform cannot turn into tensors; the message names the column."""
-
-
 def input_columns(spec: Mapping[str, Any]) -> list[str]:
-    """The raw columns the features are read from, in order."""
-    return [column for _, columns in feature_steps(spec) for column in columns]
+    """The raw columns the features are read from, in order (each once)."""
+    return input_columns_of_steps(feature_steps(spec))
+
+
+def input_columns_of_steps(steps: list[tuple[str, list[str]]]) -> list[str]:
+    """The distinct raw columns a row of steps reads, in order."""
+    return list(dict.fromkeys(column for _, columns in steps for column in columns))
 
 
 def feature_steps(spec: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
-    """The spec's feature steps, in input order: (kind, the raw columns it reads)."""
+    """The spec's feature steps, in feature order: (kind, the raw columns it reads)."""
     if spec.get("image_column"):
         return [("image", [spec["image_column"]])]
-    return [("numeric", list(spec.get("feature_columns") or []))]
+    steps = [("numeric", list(spec.get("feature_columns") or []))]
+    for kind, key in (
+        ("missing", "indicator_columns"),
+        ("categorical", "categories"),
+        ("datetime", "datetime_columns"),
+    ):
+        if spec.get(key):
+            steps.append((kind, list(spec[key])))
+    return steps
 
 
 def check_columns(frame: pd.DataFrame, spec: Mapping[str, Any]) -> None:
@@ -55,17 +70,39 @@ def check_columns(frame: pd.DataFrame, spec: Mapping[str, Any]) -> None:
         )
 
 
-def _numeric(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+def numbers(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """Numeric columns -> float64 [n, len(columns)], gaps as NaN; text is one error naming the
+    column and an example value."""
     try:
         return frame[columns].to_numpy(dtype=np.float64, na_value=np.nan)
     except (TypeError, ValueError):
         # Checked only on failure: an object column of numbers (decimals) converts fine.
-        bad = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
-        types = [str(frame[c].dtype) for c in bad]
-        raise TransformError(
-            f"feature column(s) {bad[:10]} are not numeric (types {types[:10]}); convert them "
-            "to numbers"
-        ) from None
+        for column in columns:
+            converted = pd.to_numeric(frame[column], errors="coerce")
+            bad = converted.isna() & frame[column].notna()
+            if bad.any():
+                example = frame[column][bad].iloc[0]
+                raise TransformError(
+                    f"column {column!r} is numeric but holds text (e.g. {example!r}); fix "
+                    f"the value, or declare it data.columns.{column}: categorical"
+                ) from None
+        return frame[columns].apply(pd.to_numeric).to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _numeric(frame: pd.DataFrame, columns: list[str], spec: Mapping[str, Any]) -> np.ndarray:
+    """Numbers, a gap filled with the column's train median where the spec has medians."""
+    raw = numbers(frame, columns)
+    medians = spec.get("medians")
+    if medians:
+        gaps = np.isnan(raw)
+        if gaps.any():  # vectorised and skipped when clean: the digits path stays as fast
+            raw = np.where(gaps, np.asarray(medians, dtype=np.float64), raw)
+    return raw
+
+
+def _missing(frame: pd.DataFrame, columns: list[str], spec: Mapping[str, Any]) -> np.ndarray:
+    """1.0 where a numeric column had a gap, else 0.0."""
+    return np.isnan(numbers(frame, columns)).astype(np.float64)
 
 
 def _ragged(column: str, lengths: set[int]) -> TransformError:
@@ -93,7 +130,7 @@ def _arrow_lists(series: pd.Series, column: str) -> np.ndarray:
     return flat.reshape(len(series), width)
 
 
-def _image(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+def _image(frame: pd.DataFrame, columns: list[str], spec: Mapping[str, Any]) -> np.ndarray:
     """An image column (Arrow lists, a tensor column or arrays) -> float64 [n, width]."""
     (column,) = columns
     series = frame[column]
@@ -113,8 +150,11 @@ def _image(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
 
 
 #: What each kind of step does to its columns: the frame -> float64 [n, its width].
-STEPS: dict[str, Callable[[pd.DataFrame, list[str]], np.ndarray]] = {
+STEPS: dict[str, Callable[[pd.DataFrame, list[str], Mapping[str, Any]], np.ndarray]] = {
     "numeric": _numeric,
+    "missing": _missing,
+    "categorical": categorical_codes,
+    "datetime": datetime_parts,
     "image": _image,
 }
 
@@ -125,7 +165,7 @@ def raw_matrix(frame: pd.DataFrame, spec: Mapping[str, Any]) -> np.ndarray:
     ``spec`` needs only the columns to read; with ``input_shape`` the width is checked too.
     """
     check_columns(frame, spec)
-    parts = [STEPS[kind](frame, columns) for kind, columns in feature_steps(spec)]
+    parts = [STEPS[kind](frame, columns, spec) for kind, columns in feature_steps(spec)]
     raw = parts[0] if len(parts) == 1 else np.hstack(parts)
     if "input_shape" not in spec:
         return raw
@@ -149,11 +189,26 @@ def _check_finite(raw: np.ndarray, spec: Mapping[str, Any]) -> None:
         bad = {spec["image_column"]: int((~finite).any(axis=1).sum())}
     else:
         counts = (~finite).sum(axis=0).tolist()
-        bad = {c: n for c, n in zip(spec["feature_columns"], counts, strict=True) if n}
+        names = position_names(spec)
+        bad: dict[str, int] = {}
+        for name, n in zip(names, counts, strict=True):
+            if n:
+                bad[name] = bad.get(name, 0) + n
     detail = ", ".join(f"{c!r}: {n} rows" for c, n in list(bad.items())[:10])
     raise TransformError(
         f"NaN or infinite values in column(s) {list(bad)[:10]} ({detail}); drop or fill those rows"
     )
+
+
+def position_names(spec: Mapping[str, Any]) -> list[str]:
+    """The raw column each feature position comes from (a table's; an image's is its column)."""
+    if spec.get("image_column"):
+        return [spec["image_column"]] * math.prod(spec["input_shape"])
+    names: list[str] = []
+    for kind, columns in feature_steps(spec):
+        width = DATETIME_WIDTH if kind == "datetime" else 1
+        names += [column for column in columns for _ in range(width)]
+    return names
 
 
 def normalise(raw: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:

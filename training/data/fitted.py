@@ -1,0 +1,103 @@
+"""A table's fitted transform state, from the summary of the training split: the final column
+roles (string columns found id-like or free text are left out, and said so), medians and
+missing flags, vocabularies, datetime years, and the per-position mean/std/cardinality."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from training.config import DataConfig
+from training.data.fitting import TableFit, vocabulary
+from training.data.roles import REASONS, UNSUPPORTED
+from training.data.schema import Plan
+from training.errors import DataValidationError
+from training.model.trainflow_pyfunc.transform_steps import DATETIME_WIDTH, RESERVED
+
+
+@dataclass
+class TableState:
+    """The spec fields of a table's transform, and the reasons columns are left out."""
+
+    roles: dict[str, str]
+    ignored: dict[str, str]
+    fields: dict[str, Any] = field(default_factory=dict)
+    mean: list[float] = field(default_factory=list)
+    std: list[float] = field(default_factory=list)
+
+
+def _std(n: float, m2: float) -> float:
+    std = math.sqrt(m2 / n) if n > 0 else 0.0
+    return std if std > 0 else 1.0  # a constant column: centred, not divided by 0
+
+
+def _check_not_empty(fit: TableFit, plan: Plan) -> None:
+    """A column empty in every training row is a mistake to name, not a feature."""
+    numeric = plan.features or []
+    n = np.asarray(fit.numeric[0]) if fit.numeric is not None else np.zeros(len(numeric))
+    empty = [c for c, count in zip(numeric, n.tolist(), strict=True) if count == 0]
+    empty += [c for c, r in plan.hash_roles.items() if r == "categorical" and not fit.counts.get(c)]
+    empty += [c for c, (count, _, _) in fit.years.items() if float(np.asarray(count)[0]) == 0]
+    if empty:
+        raise DataValidationError(
+            f"column(s) {empty[:10]} are empty in every training row; leave them out "
+            f"(data.columns: {{{empty[0]}: ignore}}) or fill them"
+        )
+
+
+def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
+    """The fitted state of a table (train split only), plain data for the spec."""
+    _check_not_empty(fit, plan)
+    roles = dict(plan.hash_roles)
+    ignored = dict(plan.ignored)
+    for column, role in roles.items():
+        found = None if data.columns.get(column) else fit.string_role(column)
+        if role == "categorical" and found:
+            roles[column] = found
+            ignored[column] = REASONS[found]
+    for column, reason in plan.ignored.items():
+        roles[column] = "ignore" if reason == REASONS["ignore"] else UNSUPPORTED
+    used = [c for c, r in roles.items() if r in ("numeric", "categorical", "datetime")]
+    if not used:
+        raise DataValidationError(
+            f"no feature column is left: {ignored}; declare a column's role in data.columns"
+        )
+    numeric = plan.features or []
+    n, mean, m2 = (np.asarray(v, dtype=np.float64) for v in fit.numeric)
+    gaps = np.asarray(fit.gaps).tolist()
+    state = TableState(roles, ignored)
+    state.mean = [float(v) for v in mean]
+    state.std = [_std(a, b) for a, b in zip(n.tolist(), m2.tolist(), strict=True)]
+    impute = data.missing == "impute"
+    indicators = [c for c, g in zip(numeric, gaps, strict=True) if g and impute]
+    state.mean += [0.0] * len(indicators)
+    state.std += [1.0] * len(indicators)
+    categories = {
+        c: vocabulary(fit.counts.get(c, {}), data.max_categories)
+        for c in used
+        if roles[c] == "categorical"
+    }
+    state.mean += [0.0] * len(categories)
+    state.std += [1.0] * len(categories)
+    dates = [c for c in used if roles[c] == "datetime"]
+    years = {}
+    for column in dates:
+        count, year_mean, year_m2 = (float(np.asarray(v)[0]) for v in fit.years[column])
+        years[column] = year_mean
+        state.mean += [year_mean] + [0.0] * (DATETIME_WIDTH - 1)
+        state.std += [_std(count, year_m2)] + [1.0] * (DATETIME_WIDTH - 1)
+    cards = [len(v) + RESERVED for v in categories.values()]
+    width = len(numeric) + len(indicators)
+    state.fields = {
+        "medians": [fit.median(i) for i in range(len(numeric))] if impute else [],
+        "indicator_columns": indicators,
+        "categories": categories,
+        "datetime_columns": dates,
+        "datetime_years": years,
+        "column_roles": roles,
+        "cardinalities": [0] * width + cards + [0] * (DATETIME_WIDTH * len(dates)),
+    }
+    return state
