@@ -190,34 +190,38 @@ def evaluate(
     config_file: Path | None = ConfigOption,
     overrides: list[str] | None = SetOption,
     split: str = typer.Option("test", help="Split to score: train, val or test."),
+    verbose: bool = VerboseOption,
 ) -> None:
     """Score a model on a split of the configured data (preprocessing reused when cached)."""
     from trainflow.env import prepare_environment
 
     config = _load(config_file, overrides)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
-    from training.data.inputs import fingerprint, resolve_inputs
-    from training.data.preprocess import preprocess
-    from training.inference.evaluate import evaluate_model
-    from training.platform import cluster
-    from training.storage import StorageLayout
+    from training.storage import StorageLayout, trainflow_home
 
-    try:
-        files_of_model, classes = _model_files(config, model)
-        cluster.connect(config.ray)
-        endpoint = config.storage.endpoint_url
-        files = resolve_inputs(config.data, endpoint)
-        manifest = preprocess(
-            config,
-            StorageLayout.from_config(config),
-            fingerprint(config.data, files, endpoint),
-            files,
-        )
-        result, _ = evaluate_model(
-            files_of_model, classes, manifest, split, endpoint, config.train.use_gpu
-        )
-    finally:
-        cluster.shutdown()
+    # Ray Data's and MLflow's lines (importing the model module warns) go to the log file.
+    with CommandLog(trainflow_home(), "evaluate", verbose):
+        from training.data.inputs import fingerprint, resolve_inputs
+        from training.data.preprocess import preprocess
+        from training.inference.evaluate import evaluate_model
+        from training.platform import cluster
+
+        try:
+            files_of_model, classes = _model_files(config, model)
+            cluster.connect(config.ray)
+            endpoint = config.storage.endpoint_url
+            files = resolve_inputs(config.data, endpoint)
+            manifest = preprocess(
+                config,
+                StorageLayout.from_config(config),
+                fingerprint(config.data, files, endpoint),
+                files,
+            )
+            result, _ = evaluate_model(
+                files_of_model, classes, manifest, split, endpoint, config.train.use_gpu
+            )
+        finally:
+            cluster.shutdown()
     table = Table(title=f"{model} on {split} ({int(result.metrics['test_rows'])} rows)")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -237,6 +241,7 @@ def predict(
     output: Path = typer.Option(..., "--output", "-o", help="Parquet file to write."),
     config_file: Path | None = ConfigOption,
     overrides: list[str] | None = SetOption,
+    verbose: bool = VerboseOption,
 ) -> None:
     """Predict labels (or a regression's numbers) for new rows through the MLflow pyfunc model;
     writes the input columns plus prediction, and for a classifier one probability column per
@@ -245,20 +250,24 @@ def predict(
 
     config = _load(config_file, overrides)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
-    from training.config import DataConfig
-    from training.data.inputs import input_format, resolve_inputs
-    from training.inference.predict import predict_files
-    from training.platform import cluster
+    from training.storage import trainflow_home
 
-    try:
-        files_of_model, _ = _model_files(config, model)
-        source = DataConfig(source=str(input_path.resolve()), label_column="__none__")
-        files = resolve_inputs(source)
-        fmt = input_format(source, files)
-        cluster.connect(config.ray)
-        rows = predict_files(files_of_model, files, str(output), fmt, config.train.use_gpu)
-    finally:
-        cluster.shutdown()
+    # Ray Data's and MLflow's lines (importing the model module warns) go to the log file.
+    with CommandLog(trainflow_home(), "predict", verbose):
+        from training.config import DataConfig
+        from training.data.inputs import input_format, resolve_inputs
+        from training.inference.predict import predict_files
+        from training.platform import cluster
+
+        try:
+            files_of_model, _ = _model_files(config, model)
+            source = DataConfig(source=str(input_path.resolve()), label_column="__none__")
+            files = resolve_inputs(source)
+            fmt = input_format(source, files)
+            cluster.connect(config.ray)
+            rows = predict_files(files_of_model, files, str(output), fmt, config.train.use_gpu)
+        finally:
+            cluster.shutdown()
     console.print(f"wrote {rows} predictions to {output}")
 
 

@@ -76,6 +76,8 @@ def test_predict_takes_the_raw_table_with_gaps_and_an_unseen_island(home, run):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     # The console holds the one line (the console wraps it at its width).
     assert " ".join(proc.stdout.split()) == f"wrote 344 predictions to {out}"
+    # Ray Data's and MLflow's lines went to the command's log file, not the console.
+    assert proc.stderr.strip() == "", proc.stderr[-2000:]
     predicted = pd.read_parquet(out)
     assert len(predicted) == 344
     assert set(predicted["prediction"]) <= {"Adelie", "Chinstrap", "Gentoo"}
