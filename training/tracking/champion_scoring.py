@@ -71,10 +71,9 @@ def log_decision(
     tracker.client.log_table(run_id, record.table(), DECISION_TABLE)
     if record.champion is not None and record.challenger is not None:
         name = record.metric.removeprefix("test_")
-        tracker.log_metrics(
-            run_id,
-            {f"gate_champion_{name}": record.champion, f"gate_challenger_{name}": record.challenger},
-        )
+        scores = {f"gate_champion_{name}": record.champion}
+        scores[f"gate_challenger_{name}"] = record.challenger
+        tracker.log_metrics(run_id, scores)
     if labels is not None and challenger is not None and champion is not None:
         table = {
             "label": np.asarray(labels).tolist(),

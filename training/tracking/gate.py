@@ -228,7 +228,9 @@ def incompatible(rules: Rules, version: str, champion_version: str, why: str) ->
     """The champion cannot score the challenger's rows (columns gone, other classes, a model
     that does not load): ``on_incompatible`` decides, and the record says why."""
     verdict = PROMOTED if rules.on_incompatible == "promote" else KEPT_CHAMPION
-    reason = f"the champion cannot score the new rows ({why}); on_incompatible={rules.on_incompatible}"
+    reason = (
+        f"the champion cannot score the new rows ({why}); on_incompatible={rules.on_incompatible}"
+    )
     record = GateRecord(
         rules.metric, verdict, reason, str(version), str(champion_version), rule=rules.rule
     )

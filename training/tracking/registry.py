@@ -51,7 +51,7 @@ def promote(
     tracker: Tracker,
     version: str,
     challenger_value: float,
-    judge: Callable[[gate.Champion], gate.Decision] | None = None,
+    judge: Callable[[gate.Champion, str], gate.Decision] | None = None,
 ) -> dict[str, Any]:
     """Alias ``challenger`` to ``version``; move ``champion`` to it only if it wins the gate.
 
@@ -69,7 +69,7 @@ def promote(
         champion = _champion(tracker, name)
         decision = gate.decide(metric, min_delta, version, challenger_value, champion)
         if judge is not None and champion is not None and not decision.repeated:
-            decision = judge(champion)
+            decision = judge(champion, version)
         if decision.takes_champion and not decision.repeated:
             client.set_registered_model_alias(name, CHAMPION, version)
             why = decision.record.reason if decision.record else decision.decision
