@@ -72,7 +72,7 @@ def promote(
             decision = judge(champion, version)
         if decision.takes_champion and not decision.repeated:
             client.set_registered_model_alias(name, CHAMPION, version)
-            why = decision.record.reason if decision.record else decision.decision
+            why = decision.record.reason if decision.record else _why(decision, metric)
             record_move(
                 client, name, decision.previous, version, why, "promote", {metric: challenger_value}
             )
@@ -89,6 +89,15 @@ def promote(
         "aliases": sorted(aliases),
         "record": decision.record,
     }
+
+
+def _why(decision: gate.Decision, metric: str) -> str:
+    """A decision without a record (on the stored values), in words."""
+    if decision.champion_value is None:
+        return decision.decision
+    return (
+        f"{decision.decision} on {metric} (champion's stored value {decision.champion_value:.4g})"
+    )
 
 
 def _champion(tracker: Tracker, name: str) -> gate.Champion | None:
