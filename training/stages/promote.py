@@ -77,6 +77,12 @@ def promote(
         f"({_gate_text(gate, metrics[metric])})",
         decision=gate["decision"],
     )
+    return _outcome(version, gate)
+
+
+def _outcome(version: flavour.RegisteredVersion, gate: dict) -> ModelSummary:
+    """The stage's outcome: the registered version and the gate's decision and record."""
+    record = gate["record"]
     return ModelSummary(
         name=version.name,
         version=version.version,
