@@ -138,7 +138,9 @@ def test_history_and_rollback_on_a_server_and_a_rollback_racing_a_promotion(serv
     tracker = configure(config)
     client = tracker.client
     client.create_registered_model(NAME)
-    versions = [str(client.create_model_version(NAME, f"file:///m/{i}").version) for i in range(3)]
+    versions = [
+        str(client.create_model_version(NAME, f"s3://nowhere/m/{i}").version) for i in range(3)
+    ]
     assert registry.promote(tracker, versions[0], 0.80)["decision"] == "first-model"
     assert registry.promote(tracker, versions[1], 0.90)["decision"] == "promoted"
     back = rollback(client, NAME, why="check")
