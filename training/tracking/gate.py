@@ -237,12 +237,6 @@ def incompatible(rules: Rules, version: str, champion_version: str, why: str) ->
     return Decision(verdict, None, str(champion_version), record=record)
 
 
-def first_model(rules: Rules, version: str) -> Decision:
-    """No champion yet: the first model takes the alias."""
-    record = GateRecord(rules.metric, FIRST_MODEL, "no champion yet", str(version), rule=rules.rule)
-    return Decision(FIRST_MODEL, None, None, record=record)
-
-
 def version_tags(metric: str, value: float, decision: Decision) -> dict[str, str]:
     """The ``gate.*`` tags of the challenger: what it was judged on and what was decided."""
     champion_value = decision.champion_value
