@@ -8,7 +8,7 @@ import time
 from contextlib import contextmanager
 
 from prefect import flow, get_run_logger, runtime
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.exceptions import ExternalSignal
 
 from flows import quiet_errors
@@ -96,6 +96,8 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     create_markdown_artifact(
         summary_markdown(summary), key="trainflow-summary", description=f"trainflow run {run_id}"
     )
+    if summary.model.gate_record:  # the gate's decision record (docs/gate.md)
+        create_table_artifact([summary.model.gate_record], key="gate-decision")
     return summary
 
 

@@ -1,5 +1,6 @@
-"""The ``trainflow`` command line (typer): run, config show, evaluate, predict, compare, and the
-local stack's commands (stack_commands.py). Errors are reported in one place: output.py."""
+"""The ``trainflow`` command line (typer): run, config show, evaluate, predict, compare, the
+local stack's commands (stack_commands.py) and the champion's history and rollback
+(champion_commands.py). Errors are reported in one place: output.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from trainflow import stack_commands, startup
+from trainflow import champion_commands, stack_commands, startup
 from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
 from trainflow.progress_view import ProgressView
@@ -319,6 +320,8 @@ app.command()(stack_commands.up)
 app.command()(stack_commands.down)
 app.command()(stack_commands.status)
 app.command()(stack_commands.deploy)
+app.command()(champion_commands.history)
+app.command()(champion_commands.rollback)
 
 
 def main() -> None:  # pragma: no cover - the `trainflow` command and `python -m trainflow`

@@ -44,7 +44,7 @@ def summary_lines(summary: RunSummary, log_path: str | None = None) -> list[str]
         (
             "model",
             f"{model.name} version {model.version} · gate: {model.decision} · champion: "
-            f"version {model.champion_version}",
+            f"version {model.champion_version}{_gate_detail(model.gate_record)}",
         ),
         ("stages", " · ".join(f"{k} {v:.1f} s" for k, v in summary.stage_seconds.items())),
         ("MLflow", f"parent run {mlflow.parent_run_id} · open: {mlflow.ui_command}"),
@@ -55,3 +55,12 @@ def summary_lines(summary: RunSummary, log_path: str | None = None) -> list[str]
         rows.append(("log", log_path))
     width = max(len(key) for key, _ in rows)
     return [f"{key:<{width}}  {value}" for key, value in rows]
+
+
+def _gate_detail(record: dict | None) -> str:
+    """The gate's same-rows comparison, when it made one (`` · accuracy 0.98 vs ...``)."""
+    if not record or record.get("champion") is None:
+        return ""
+    from training.tracking.gate import GateRecord
+
+    return f" · {GateRecord(**record).headline}"

@@ -539,6 +539,7 @@ def test_run_summary_to_dict_keeps_the_json_shape():
         "challenger_value",
         "champion_value",
         "aliases",
+        "gate_record",
     ]
     assert doc["sweep"] == synthetic_sweep().to_dict()
     assert list(doc["sweep"]["trials"][0]) == [

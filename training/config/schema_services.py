@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -17,6 +18,28 @@ class GateConfig(Section):
         "test_accuracy", description="test metric compared with the champion's (regression: rmse)"
     )
     min_delta: float = Field(0.0, ge=0, description="improvement required to move champion")
+    rule: Literal["point", "interval"] = Field(
+        "interval",
+        description="interval: promote only when the improvement's confidence interval lies "
+        "above min_delta; point: when the measured improvement does",
+    )
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="the interval's confidence")
+    bootstrap_samples: int = Field(1000, ge=100, le=100_000, description="paired resamples")
+    seed: int = Field(0, description="seed of the bootstrap's resamples")
+    max_slice_drop: float | None = Field(
+        0.1,
+        ge=0,
+        description="a class's recall (classifiers) or a slice column value's metric may drop "
+        "by at most this much; null: no slice check",
+    )
+    min_slice_rows: int = Field(20, ge=1, description="smaller slices are not judged")
+    slice_columns: list[str] = Field(
+        default_factory=list, description="raw-table columns whose values are slices"
+    )
+    on_incompatible: Literal["promote", "keep"] = Field(
+        "promote",
+        description="when the champion cannot score the new rows (columns gone, other classes)",
+    )
 
 
 class MlflowConfig(Section):

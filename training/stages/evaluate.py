@@ -11,12 +11,13 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from training import progress
 from training.config import PipelineConfig
-from training.data.splits import raw_rows
-from training.inference.evaluate import EvalResult, evaluate_model
+from training.data.splits import raw_rows, raw_split_here
+from training.inference.evaluate import SCORE_HERE_BELOW_ROWS, EvalResult, evaluate_model
 from training.manifest import FeatureSpec, Manifest
 from training.report.plots import evaluation_plots, regression_plots
 from training.stages.connect import connect_ray
@@ -27,11 +28,29 @@ from training.tracking.runs import Tracker
 @dataclass
 class Evaluated:
     """The test metrics and report, and what promote logs: the model's state (weights, spec,
-    model config; no optimizer) and a few raw test rows (its input example)."""
+    model config; no optimizer) and a few raw test rows (its input example); for the gate, the
+    test split's raw rows with the true labels and the model's predictions in the same order
+    (None when the split is too large to hold in the driver)."""
 
     result: EvalResult
     state: dict[str, Any]
     example: pd.DataFrame
+    test_rows: pd.DataFrame | None = None
+    labels: np.ndarray | None = None
+    predictions: np.ndarray | None = None
+
+
+#: The gate scores the champion on the test split's rows in the driver below this many rows
+#: (the split scored in the driver, in the order the gate reads it again).
+GATE_ROWS_LIMIT = SCORE_HERE_BELOW_ROWS
+
+
+def _test_rows(manifest: Manifest, endpoint: str | None) -> pd.DataFrame | None:
+    """The test split's raw rows, in the order the driver scored them; None when large."""
+    if manifest.rows.get("test", GATE_ROWS_LIMIT) >= GATE_ROWS_LIMIT:
+        return None
+    batches = list(raw_split_here(manifest, "test", endpoint))
+    return pd.concat(batches, ignore_index=True) if batches else None
 
 
 def load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict[str, Any]:
@@ -77,7 +96,16 @@ def evaluate(
     tracker.log_metrics(parent_run, result.metrics)
     tracker.end_run(eval_run)
     progress.report("evaluate", result.headline, metrics=result.metrics)
-    return Evaluated(result, state, example)
+    rows = _test_rows(manifest, endpoint)
+    same = rows is not None and len(rows) == len(scored.labels)
+    return Evaluated(
+        result,
+        state,
+        example,
+        rows if same else None,
+        scored.labels if same else None,
+        scored.predictions if same else None,
+    )
 
 
 def _log_report(tracker: Tracker, eval_run: str, result: EvalResult) -> None:

@@ -10,9 +10,11 @@ from training.config import PipelineConfig, registered_model_name
 from training.loop.checkpoint import save_state
 from training.manifest import Manifest
 from training.stages.evaluate import Evaluated
+from training.stages.gate_inputs import SameRows
 from training.stages.train import Trained
 from training.summary import ModelSummary
 from training.tracking import flavour, lineage, registry, store
+from training.tracking.champion_scoring import log_decision
 from training.tune.outcome import SweepOutcome
 
 
@@ -57,22 +59,30 @@ def promote(
             },
         )
     registry.describe_model(tracker, page)
-    gate = registry.promote(tracker, version.version, metrics[metric])
-    champion_value = gate["champion_value"]
-    against = f" vs champion {champion_value:.4f}" if champion_value is not None else ""
+    same_rows = SameRows(config, version.name, evaluated)
+    gate = registry.promote(tracker, version.version, metrics[metric], judge=same_rows.judge)
+    record = gate["record"]
+    if record is not None:
+        log_decision(tracker, parent_run, record, *same_rows.logged())
     registry.describe_model(
         tracker,
         f"{description}; gate on {metric}: {gate['decision']} "
-        f"({metrics[metric]:.4f}{against}; pipeline run {parent_run})",
+        f"({_gate_text(gate, metrics[metric])}; pipeline run {parent_run})",
         version=version.version,
     )
     tracker.set_tags(parent_run, {"model_version": version.version, "gate": gate["decision"]})
     progress.report(
         "promote",
         f"{version.name} version {version.version}: {gate['decision']} "
-        f"(champion: version {gate['champion_version']})",
+        f"({_gate_text(gate, metrics[metric])})",
         decision=gate["decision"],
     )
+    return _outcome(version, gate)
+
+
+def _outcome(version: flavour.RegisteredVersion, gate: dict) -> ModelSummary:
+    """The stage's outcome: the registered version and the gate's decision and record."""
+    record = gate["record"]
     return ModelSummary(
         name=version.name,
         version=version.version,
@@ -86,7 +96,20 @@ def promote(
         challenger_value=gate["challenger_value"],
         champion_value=gate["champion_value"],
         aliases=gate["aliases"],
+        gate_record=record.to_dict() if record is not None else None,
     )
+
+
+def _gate_text(gate: dict, value: float) -> str:
+    """The decision in words: the record's headline, or the stored-value comparison."""
+    record = gate["record"]
+    if record is not None and record.champion is not None:
+        return record.headline
+    if record is not None and gate["decision"] != "first-model":
+        return record.reason
+    champion = gate["champion_value"]
+    against = f" vs champion {champion:.4f}" if champion is not None else ""
+    return f"{value:.4f}{against}; champion: version {gate['champion_version']}"
 
 
 def _version_description(

@@ -6,11 +6,13 @@ No MLflow and no I/O here: :mod:`training.tracking.registry` reads the champion,
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 from training.metrics import direction, gain
+from training.tracking.gate_stats import Paired
 
 FIRST_MODEL = "first-model"  # there was no champion
 PROMOTED = "promoted"  # better than the champion by more than min_delta, or it had no value
@@ -22,6 +24,8 @@ VALUE_TAG = "gate.value"
 CHAMPION_VALUE_TAG = "gate.champion_value"
 PREVIOUS_TAG = "gate.previous_champion"
 DECISION_TAG = "gate.decision"
+REASON_TAG = "gate.reason"
+RECORD_TAG = "gate.record"  # the GateRecord as JSON
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,56 @@ class Champion:
 
     version: str
     tags: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class GateRecord:
+    """What the gate weighed and why, as logged (MLflow table, version tags, console):
+    both models' ``metric`` on the same ``rows``, the improvement and its interval at
+    ``confidence``, the slices that dropped, the verdict and its reason."""
+
+    metric: str
+    verdict: str
+    reason: str
+    challenger_version: str
+    champion_version: str | None = None
+    champion: float | None = None
+    challenger: float | None = None
+    difference: float | None = None
+    interval: tuple[float, float] | None = None
+    confidence: float | None = None
+    rows: int | None = None
+    rule: str = "interval"
+    slices: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, default=str)
+
+    def table(self) -> dict[str, list]:
+        """One row, columns as ``mlflow.log_table`` takes them (slices as JSON text)."""
+        row = {**self.to_dict(), "slices": json.dumps(self.slices, default=str)}
+        row["interval"] = json.dumps(self.interval)
+        return {key: [value] for key, value in row.items()}
+
+    @property
+    def headline(self) -> str:
+        """``accuracy 0.981 vs champion 0.975 on the same 360 rows, +0.6 [+0.1, +1.2] at 95%``
+        (differences in points of a 0-1 metric, in the metric's unit otherwise)."""
+        if self.champion is None or self.challenger is None or self.rows is None:
+            return self.reason
+        name = self.metric.removeprefix("test_")
+        scale = 100.0 if name in ("accuracy", "macro_f1", "r2") else 1.0
+        text = (
+            f"{name} {self.challenger:.4g} vs champion {self.champion:.4g} on the same "
+            f"{self.rows} rows, {scale * (self.difference or 0.0):+.3g}"
+        )
+        if self.interval is not None and self.confidence is not None:
+            low, high = self.interval
+            text += f" [{scale * low:+.3g}, {scale * high:+.3g}] at {self.confidence:.0%}"
+        return f"{text}; {self.reason}" if self.reason else text
 
 
 @dataclass(frozen=True)
@@ -46,6 +100,7 @@ class Decision:
     champion_value: float | None
     previous: str | None
     repeated: bool = False
+    record: GateRecord | None = None
 
     @property
     def takes_champion(self) -> bool:
@@ -93,6 +148,95 @@ def decide(
     return Decision(PROMOTED if better_by > min_delta else KEPT_CHAMPION, champion_value, previous)
 
 
+@dataclass(frozen=True)
+class Rules:
+    """The gate's settings (``mlflow.gate``), as the pure decision takes them."""
+
+    metric: str
+    min_delta: float = 0.0
+    rule: str = "interval"  # interval: the interval's lower bound must beat min_delta
+    confidence: float = 0.95
+    samples: int = 1000
+    seed: int = 0
+    max_slice_drop: float | None = 0.1
+    min_slice_rows: int = 20
+    on_incompatible: str = "promote"
+
+
+def same_rows(
+    rules: Rules,
+    version: str,
+    champion_version: str,
+    labels,
+    challenger,
+    champion,
+    columns: Mapping[str, object] | None = None,
+) -> Decision:
+    """Decide on both models' predictions of the same rows (labels, challenger's and
+    champion's predictions, and the raw values of each slice column)."""
+    from training.tracking.gate_stats import paired_bootstrap, slice_drops
+
+    paired = paired_bootstrap(
+        rules.metric, labels, challenger, champion, rules.confidence, rules.samples, rules.seed
+    )
+    drops = slice_drops(
+        rules.metric,
+        labels,
+        challenger,
+        champion,
+        columns,
+        rules.max_slice_drop,
+        rules.min_slice_rows,
+    )
+    return judge(rules, version, champion_version, paired, drops)
+
+
+def judge(
+    rules: Rules, version: str, champion_version: str, paired: Paired, drops: list[dict]
+) -> Decision:
+    """Promote when the improvement (``point``) or its interval's lower bound (``interval``)
+    is above ``min_delta`` and no slice dropped by more than ``max_slice_drop``."""
+    measured = paired.low if rules.rule == "interval" else paired.difference
+    what = "the interval's lower bound" if rules.rule == "interval" else "the improvement"
+    if drops:
+        verdict = KEPT_CHAMPION
+        named = ", ".join(f"{d['slice']} {d['change']:+.3g}" for d in drops[:5])
+        reason = f"slices dropped more than {rules.max_slice_drop:g}: {named}"
+    elif measured > rules.min_delta:
+        verdict, reason = PROMOTED, f"{what} {measured:+.4g} > min_delta {rules.min_delta:g}"
+    else:
+        verdict, reason = KEPT_CHAMPION, f"{what} {measured:+.4g} <= min_delta {rules.min_delta:g}"
+    record = GateRecord(
+        metric=rules.metric,
+        verdict=verdict,
+        reason=reason,
+        challenger_version=str(version),
+        champion_version=str(champion_version),
+        champion=paired.champion,
+        challenger=paired.challenger,
+        difference=paired.difference,
+        interval=(paired.low, paired.high),
+        confidence=paired.confidence,
+        rows=paired.rows,
+        rule=rules.rule,
+        slices=drops,
+    )
+    return Decision(verdict, paired.champion, str(champion_version), record=record)
+
+
+def incompatible(rules: Rules, version: str, champion_version: str, why: str) -> Decision:
+    """The champion cannot score the challenger's rows (columns gone, other classes, a model
+    that does not load): ``on_incompatible`` decides, and the record says why."""
+    verdict = PROMOTED if rules.on_incompatible == "promote" else KEPT_CHAMPION
+    reason = (
+        f"the champion cannot score the new rows ({why}); on_incompatible={rules.on_incompatible}"
+    )
+    record = GateRecord(
+        rules.metric, verdict, reason, str(version), str(champion_version), rule=rules.rule
+    )
+    return Decision(verdict, None, str(champion_version), record=record)
+
+
 def version_tags(metric: str, value: float, decision: Decision) -> dict[str, str]:
     """The ``gate.*`` tags of the challenger: what it was judged on and what was decided."""
     champion_value = decision.champion_value
@@ -102,4 +246,14 @@ def version_tags(metric: str, value: float, decision: Decision) -> dict[str, str
         CHAMPION_VALUE_TAG: "none" if champion_value is None else repr(champion_value),
         PREVIOUS_TAG: decision.previous or "none",
         DECISION_TAG: decision.decision,
+        **(_record_tags(decision.record) if decision.record is not None else {}),
     }
+
+
+def _record_tags(record: GateRecord) -> dict[str, str]:
+    """The record on the version: its reason, and the whole record as JSON (an MLflow tag
+    holds 5,000 characters: slices are cut to fit)."""
+    text = record.to_json()
+    if len(text) > 4900:
+        text = GateRecord(**{**record.to_dict(), "slices": record.slices[:3]}).to_json()[:4900]
+    return {REASON_TAG: record.reason[:4900], RECORD_TAG: text}

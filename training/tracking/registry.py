@@ -9,10 +9,12 @@ Registered versions carry the gate's decision as ``gate.*`` tags and two aliases
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from training.config import registered_model_name
 from training.tracking import gate
+from training.tracking.champion_history import record_move
 from training.tracking.lock import registry_lock
 from training.tracking.runs import Tracker, filter_literal
 
@@ -45,9 +47,17 @@ def describe_model(tracker: Tracker, description: str, version: str | None = Non
         tracker.client.update_model_version(name, str(version), description=description)
 
 
-def promote(tracker: Tracker, version: str, challenger_value: float) -> dict[str, Any]:
-    """Alias ``challenger`` to ``version``; move ``champion`` to it only if it wins the gate
-    (:func:`training.tracking.gate.decide`, on ``mlflow.gate``'s metric and min_delta)."""
+def promote(
+    tracker: Tracker,
+    version: str,
+    challenger_value: float,
+    judge: Callable[[gate.Champion, str], gate.Decision] | None = None,
+) -> dict[str, Any]:
+    """Alias ``challenger`` to ``version``; move ``champion`` to it only if it wins the gate.
+
+    ``judge`` decides against a champion (the promote stage scores both on the same rows);
+    without it the challenger's value is compared with the value stored on the champion
+    (:func:`training.tracking.gate.decide`). Either way it runs under the promotion lock."""
     client = tracker.client
     name = registered_model_name(tracker.config)
     metric, min_delta = tracker.config.mlflow.gate.metric, tracker.config.mlflow.gate.min_delta
@@ -58,8 +68,14 @@ def promote(tracker: Tracker, version: str, challenger_value: float) -> dict[str
         client.set_registered_model_alias(name, CHALLENGER, version)
         champion = _champion(tracker, name)
         decision = gate.decide(metric, min_delta, version, challenger_value, champion)
-        if decision.takes_champion:
+        if judge is not None and champion is not None and not decision.repeated:
+            decision = judge(champion, version)
+        if decision.takes_champion and not decision.repeated:
             client.set_registered_model_alias(name, CHAMPION, version)
+            why = decision.record.reason if decision.record else _why(decision, metric)
+            record_move(
+                client, name, decision.previous, version, why, "promote", {metric: challenger_value}
+            )
         if not decision.repeated:
             for key, value in gate.version_tags(metric, challenger_value, decision).items():
                 client.set_model_version_tag(name, version, key, value)
@@ -71,7 +87,17 @@ def promote(tracker: Tracker, version: str, challenger_value: float) -> dict[str
         "challenger_value": challenger_value,
         "champion_value": decision.champion_value,
         "aliases": sorted(aliases),
+        "record": decision.record,
     }
+
+
+def _why(decision: gate.Decision, metric: str) -> str:
+    """A decision without a record (on the stored values), in words."""
+    if decision.champion_value is None:
+        return decision.decision
+    return (
+        f"{decision.decision} on {metric} (champion's stored value {decision.champion_value:.4g})"
+    )
 
 
 def _champion(tracker: Tracker, name: str) -> gate.Champion | None:
