@@ -17,7 +17,7 @@ from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
 from trainflow.progress_view import ProgressView
 from trainflow.render import summary_lines
-from trainflow.runlog import CommandLog
+from trainflow.runlog import CommandLog, logged_to_file
 from training.errors import ConfigError, TrainflowError
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def evaluate(
     from training.storage import StorageLayout, trainflow_home
 
     # Ray Data's and MLflow's lines (importing the model module warns) go to the log file.
-    with CommandLog(trainflow_home(), "evaluate", verbose):
+    with logged_to_file(trainflow_home(), "evaluate", verbose):
         from training.data.inputs import fingerprint, resolve_inputs
         from training.data.preprocess import preprocess
         from training.inference.evaluate import evaluate_model
@@ -254,7 +254,7 @@ def predict(
     from training.storage import trainflow_home
 
     # Ray Data's and MLflow's lines (importing the model module warns) go to the log file.
-    with CommandLog(trainflow_home(), "predict", verbose):
+    with logged_to_file(trainflow_home(), "predict", verbose):
         from training.config import DataConfig
         from training.data.inputs import input_format, resolve_inputs
         from training.inference.predict import predict_files

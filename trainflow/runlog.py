@@ -9,12 +9,14 @@ the terminal as well.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -95,6 +97,19 @@ class CommandLog:
         output.detach()
         for stream in self._terminal:
             stream.close()
+
+
+@contextlib.contextmanager
+def logged_to_file(home: Path, command: str, verbose: bool = False) -> Iterator[CommandLog]:
+    """A :class:`CommandLog` for a command that prints after its work (``predict``,
+    ``evaluate``): the descriptors point back at the terminal when the block ends, so the
+    command's result and any error message reach the console (and a test's runner)."""
+    log = CommandLog(home, command, verbose)
+    try:
+        with log:
+            yield log
+    finally:
+        log.restore()
 
 
 class _Tail(threading.Thread):
