@@ -166,6 +166,9 @@ def test_trial_runs_are_named_tagged_and_comparable(pipeline, runs):
         assert set(run.data.params) == {"train.lr"}
         assert {"train_loss", "val_loss", "val_accuracy"} <= set(run.data.metrics)
         assert not {"pid", "timestamp", "done"} & set(run.data.metrics)  # no Tune bookkeeping
+        # Issue 33 item 2: the model's metrics only, per epoch; no Ray trial_name tag.
+        assert set(run.data.metrics) == {"train_loss", "val_loss", "val_accuracy"}
+        assert "trial_name" not in tags
         assert len(trial["history"]) == trial["epochs"]
         if trial["status"] == "stopped-early":
             assert re.fullmatch(
@@ -186,6 +189,9 @@ def test_sweep_run_summary_plots_and_report(pipeline, client, runs):
     assert metrics["epochs_budget"] == 12 and metrics["trials_run"] == 4
     assert metrics["epochs_saved_fraction"] == pytest.approx(1 - metrics["epochs_spent"] / 12)
     assert "ASHA sweep" in sweep.data.tags["mlflow.note.content"]
+    assert metrics["epochs_saved_fraction"] == round(metrics["epochs_saved_fraction"], 4)
+    assert json.loads(sweep.data.params["search_space.train.lr"]) == {"loguniform": [1e-4, 3e-2]}
+    assert not [value for value in sweep.data.params.values() if "None" in value]
 
     def artifacts(run, path=None):
         return {a.path for a in client.list_artifacts(run.info.run_id, path)}
@@ -201,6 +207,8 @@ def test_sweep_run_summary_plots_and_report(pipeline, client, runs):
         "plots/per_class.png",
     }
     assert "report.html" in artifacts(runs["parent"])
+    space = client.download_artifacts(sweep.info.run_id, "search_space.json")
+    assert "train.lr" in json.loads(Path(space).read_text())
     page = client.download_artifacts(runs["parent"].info.run_id, "report.html")
     text = Path(page).read_text()
     assert text.count("data:image/png;base64,") == 6  # 3 sweep, 1 train, 2 evaluation

@@ -367,6 +367,9 @@ def test_close_unfinished_leaves_nothing_running(tracker):
 
 
 def test_tune_callback_one_finished_run_per_trial(tracker):
+    """Issue 33 item 2: a trial run holds the model's metrics per epoch (step = epoch), its
+    values as params, a short name and its trial id; none of Tune's or the loop's bookkeeping,
+    no Ray ``trial_name`` tag, and a mid-epoch checkpoint's report logs nothing."""
     from training.tracking.sweep_runs import tune_callback
 
     parent = tracker.start_parent_run("flow-sweep", {})
@@ -377,28 +380,52 @@ def test_tune_callback_one_finished_run_per_trial(tracker):
 
     class FakeTrial:  # what the callback reads from a Tune Trial
         def __init__(self, trial_id, lr):
-            self.trial_id, self.config = trial_id, {"train.lr": lr}
+            self.trial_id = trial_id
+            self.config = {"train.lr": lr, "model.hidden_sizes": [128, 64]}
 
         def __str__(self):
-            return f"trial_{self.trial_id}"
+            return f"_function_trial_{self.trial_id}"
 
     callback.setup()
-    trials = [FakeTrial("a", 0.01), FakeTrial("b", 0.02)]
+    trials = [FakeTrial("898e2_00000", 0.01), FakeTrial("898e2_00001", 0.02)]
+    bookkeeping = {
+        "training_iteration": 1,
+        "time_this_iter_s": 0.4,
+        "time_total_s": 1.2,
+        "timestamp": 1700000000,
+        "done": False,
+        "pid": 4242,
+        "workers": 1.0,
+        "lr": 0.01,
+        "iterations_since_restore": 1,
+        "config/train.lr": 0.01,
+    }
     for trial in trials:
         callback.log_trial_start(trial)
-        for epoch in (1, 2):
-            metrics = {"val_accuracy": 0.5 * epoch, "training_iteration": epoch}
-            callback.log_trial_result(epoch, trial, metrics)
+        for iteration, epoch in ((1, 1), (2, None), (3, 2)):
+            result = {**bookkeeping, "training_iteration": iteration}
+            if epoch is None:  # a mid-epoch checkpoint: worst score, no epoch done
+                result.update({"epoch_in_progress": 2, "batch": 5, "val_accuracy": -1e9})
+            else:
+                result.update({"epoch": epoch, "train_loss": 1.0 / epoch})
+                result["val_accuracy"] = 0.5 * epoch
+            callback.log_trial_result(iteration, trial, result)
         callback.log_trial_end(trial)
 
     runs = tracker.find_runs(sweep)
-    assert sorted(run.info.run_name for run in runs) == ["trial_a", "trial_b"]
+    assert sorted(run.info.run_name for run in runs) == ["trial 00", "trial 01"]
     for run in runs:
         assert run.info.status == "FINISHED"
         assert run.data.tags["trainflow.stage"] == "trial"
         assert run.data.tags["trainflow.run_id"] == "flow-sweep"
+        assert run.data.tags["trainflow.trial_id"] in {"898e2_00000", "898e2_00001"}
+        assert "trial_name" not in run.data.tags
+        assert set(run.data.metrics) == {"train_loss", "val_accuracy"}
         assert run.data.metrics["val_accuracy"] == 1.0
+        history = tracker.client.get_metric_history(run.info.run_id, "val_accuracy")
+        assert [(m.step, m.value) for m in history] == [(1, 0.5), (2, 1.0)]
         assert run.data.params["train.lr"] in {"0.01", "0.02"}
+        assert run.data.params["model.hidden_sizes"] == "[128, 64]"
     tracker.close_unfinished(parent, "KILLED")
 
 
