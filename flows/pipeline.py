@@ -158,6 +158,7 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
             parent_run_id=parent,
             train_run_id=trained.run_id,
             ui_command=ui.command(tracker),
+            run_url=ui.run_page_url(tracker, parent),
         ),
         model=model,
         checkpoint=trained.outcome.checkpoint_path,

@@ -300,6 +300,7 @@ def synthetic_summary() -> RunSummary:
             parent_run_id="p123",
             train_run_id="t123",
             ui_command="mlflow ui --backend-store-uri sqlite:///x/mlflow.db",
+            run_url="http://127.0.0.1:5000/#/experiments/1/runs/p123?workflowType=machine_learning",
         ),
         model=ModelSummary(
             name="digits",
@@ -495,6 +496,32 @@ def test_summary_markdown_has_every_part():
     assert "## Sweep" not in markdown.summary_markdown(summary)
 
 
+LOCAL_RUN_LINK = "http://127.0.0.1:5000/#/experiments/1/runs/p123?workflowType=machine_learning"
+
+
+def test_every_ui_pointer_links_into_the_training_view():
+    """Issue 33 item 1: the console summary and the Prefect artifact give a link carrying
+    workflowType=machine_learning; for a local store after the command that starts the UI."""
+    from trainflow.render import summary_lines
+
+    summary = synthetic_summary()
+    text = markdown.summary_markdown(summary)
+    assert "- Start the MLflow UI: `mlflow ui --backend-store-uri sqlite:///x/mlflow.db`" in text
+    assert f"- Then open the run: [{LOCAL_RUN_LINK}]({LOCAL_RUN_LINK})" in text
+    line = next(line for line in summary_lines(summary) if line.startswith("MLflow"))
+    assert line.endswith(
+        "start the UI: mlflow ui --backend-store-uri sqlite:///x/mlflow.db · then open: "
+        + LOCAL_RUN_LINK
+    )
+    summary.mlflow.ui_command = "http://mlflow.internal:5000"
+    summary.mlflow.run_url = "http://mlflow.internal:5000/#/experiments/1/runs/p123?x=1"
+    line = next(line for line in summary_lines(summary) if line.startswith("MLflow"))
+    assert line.endswith("· open: http://mlflow.internal:5000/#/experiments/1/runs/p123?x=1")
+    assert "Open the run in the MLflow UI: [http://mlflow.internal" in (
+        markdown.summary_markdown(summary)
+    )
+
+
 # ---------------------------------------------------------------------------- the run summary
 
 # The keys that `trainflow run --summary-json`, summary.json on MLflow, the benchmarks (B4) and
@@ -524,6 +551,7 @@ def test_run_summary_to_dict_keeps_the_json_shape():
         "parent_run_id",
         "train_run_id",
         "ui_command",
+        "run_url",
     ]
     # the registered version's dict followed by the gate's, as the promote stage returns them
     assert list(doc["model"]) == [

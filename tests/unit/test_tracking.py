@@ -91,6 +91,15 @@ def test_experiment_artifacts_under_home(tracker, home):
         f"mlflow ui --backend-store-uri {default_tracking_uri()} --host 127.0.0.1 --port 5000"
     )
     assert ui.run_url(tracker, "abc") is None
+    # Issue 33 item 1: the embedded store gets the command, then a link into the training view.
+    runs = f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs"
+    assert ui.runs_url(tracker) == f"{runs}?workflowType=machine_learning"
+    assert ui.how_to_open(tracker, ui.run_page_url(tracker, "abc")) == (
+        f"start the UI with `{ui.command(tracker)}`, then open {runs}/abc"
+        "?workflowType=machine_learning"
+    )
+    # ... and the experiment is a model-training one in MLflow's UI.
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
 def test_configure_again_reuses_experiment(tracker):
@@ -99,13 +108,35 @@ def test_configure_again_reuses_experiment(tracker):
     assert configure(make_config()).experiment_id == tracker.experiment_id
 
 
+def test_an_experiment_created_before_the_kind_tag_gets_it(tracker):
+    from training.tracking.store import configure
+
+    tracker.client.delete_experiment_tag(tracker.experiment_id, "mlflow.experimentKind")
+    configure(make_config(), create=False)  # reading only changes nothing
+    assert "mlflow.experimentKind" not in tracker.client.get_experiment(tracker.experiment_id).tags
+    configure(make_config())
+    tags = tracker.client.get_experiment(tracker.experiment_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+
+
 def test_http_urls_drop_credentials():
     from training.tracking import ui
     from training.tracking.runs import Tracker
 
     remote = Tracker(None, "http://alice:s3cret@mlflow.internal:5000", "7", make_config())
     assert ui.command(remote) == "http://mlflow.internal:5000"
-    assert ui.run_url(remote, "r1") == "http://mlflow.internal:5000/#/experiments/7/runs/r1"
+    assert ui.run_url(remote, "r1") == (
+        "http://mlflow.internal:5000/#/experiments/7/runs/r1?workflowType=machine_learning"
+    )
+    assert ui.how_to_open(remote, ui.runs_url(remote)) == (
+        "http://mlflow.internal:5000/#/experiments/7/runs?workflowType=machine_learning"
+    )
+    assert ui.artifact_url(remote, "r1", "report.html") == (
+        "http://mlflow.internal:5000/#/experiments/7/runs/r1/artifactPath/report.html"
+    )
+    assert ui.model_version_url(remote, "digits", 3) == (
+        "http://mlflow.internal:5000/#/models/digits/versions/3"
+    )
 
 
 def test_unreachable_server_fails_fast(monkeypatch):

@@ -57,7 +57,7 @@ def summary_markdown(summary: RunSummary) -> str:
         "",
         f"- MLflow: experiment `{mlflow.experiment}` ({mlflow.experiment_id}), "
         f"parent run `{mlflow.parent_run_id}`, tracking `{mlflow.tracking_uri}`",
-        f"- Open the UI: `{mlflow.ui_command}`",
+        *_ui_lines(mlflow),
         f"- Checkpoint: `{summary.checkpoint}`",
         f"- Run storage: `{summary.storage}`",
         "",
@@ -66,6 +66,19 @@ def summary_markdown(summary: RunSummary) -> str:
         *(f"| {k} | {v} |" for k, v in summary.stage_seconds.items()),
     ]
     return "\n".join(lines)
+
+
+def _ui_lines(mlflow) -> list[str]:
+    """Where to click: the parent run in the MLflow UI's training view (after starting the UI,
+    for a local store)."""
+    if not mlflow.run_url:
+        return [f"- Open the UI: `{mlflow.ui_command}`"]
+    if mlflow.ui_command.startswith("mlflow ui"):
+        return [
+            f"- Start the MLflow UI: `{mlflow.ui_command}`",
+            f"- Then open the run: [{mlflow.run_url}]({mlflow.run_url})",
+        ]
+    return [f"- Open the run in the MLflow UI: [{mlflow.run_url}]({mlflow.run_url})"]
 
 
 def report_markdown(summary: RunSummary, report_location: str) -> str:
