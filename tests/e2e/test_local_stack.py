@@ -433,6 +433,11 @@ def test_prefect_ui_on_a_port_other_than_4200_shows_the_flow_run(stack, smoke_fi
     assert stack["ports"]["prefect"] != 4200
     settings = _get(f"{prefect_url}/ui-settings")
     assert settings["api_url"] == f"http://127.0.0.1:{stack['ports']['prefect']}/api"
+    # `status` links the experiment's runs in the MLflow UI's training view (issue 33 item 1).
+    proc = trainflow(stack["home"], "status", "--json")
+    runs_link = json.loads(proc.stdout)["mlflow_experiments"]["trainflow-smoke"]
+    assert runs_link.startswith(stack["state"]["mlflow_url"] + "/#/experiments/")
+    assert runs_link.endswith("/runs?workflowType=machine_learning")
     chromium = "/usr/bin/chromium"
     if not Path(chromium).exists():
         if os.environ.get("CI"):

@@ -100,6 +100,10 @@ def test_experiment_artifacts_under_home(tracker, home):
     )
     # ... and the experiment is a model-training one in MLflow's UI.
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert ui.training_experiments(tracker.tracking_uri) == {
+        EXPERIMENT: f"{tracker.tracking_uri}/#/experiments/{tracker.experiment_id}/runs"
+        "?workflowType=machine_learning"
+    }
 
 
 def test_configure_again_reuses_experiment(tracker):

@@ -52,11 +52,30 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         },
     )
     tracker.log_dict(sweep_run, outcome.to_dict(), "sweep_summary.json")
+    _record_on_parent(tracker, parent_run, config, outcome)
     with tempfile.TemporaryDirectory() as tmp:
         for path in sweep_plots(outcome, config.sweep.asha, tmp).values():
             tracker.log_artifact(sweep_run, path, "plots")
     tracker.end_run(sweep_run)
     return outcome
+
+
+def champion_params(config: PipelineConfig, best_params: dict[str, Any]) -> dict[str, Any]:
+    """The swept keys' values the final training runs with (the flat keys the parent run left
+    for the sweep; see Tracker.start_parent_run)."""
+    best = config.with_overrides(best_params).flat()
+    return {key: best[key] for key in config.sweep.search_space if key in best}
+
+
+def _record_on_parent(
+    tracker: Tracker, parent_run: str, config: PipelineConfig, outcome: SweepOutcome
+) -> None:
+    """The parent run gets the champion's values of the swept keys and the space they came
+    from; a re-run of the same pipeline run keeps those it already has (params are final)."""
+    logged = tracker.client.get_run(parent_run).data.params
+    chosen = champion_params(config, outcome.best_params)
+    tracker.log_params(parent_run, {k: v for k, v in chosen.items() if k not in logged})
+    tracker.log_dict(parent_run, search_space(config), "search_space.json")
 
 
 def _settings(config: PipelineConfig, manifest: Manifest) -> dict[str, Any]:

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 from training.errors import TrainflowError
 from training.metrics import direction
 from training.platform.secrets import redact
-from training.tracking.runs import PARENT_TAG, RUN_ID_TAG, STAGE_TAG, Tracker, filter_literal
+from training.tracking.runs import (
+    PARENT_TAG,
+    STAGE_TAG,
+    Tracker,
+    filter_literal,
+    inherited_tags,
+)
 from training.tune.trials import trial_run_name
 
 if TYPE_CHECKING:
@@ -47,10 +53,8 @@ def tune_callback(tracker: Tracker, sweep_run_id: str):
     FINISHED (or FAILED) with the trial."""
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
-    tags = {PARENT_TAG: sweep_run_id, STAGE_TAG: "trial"}
-    run_tag = tracker.client.get_run(sweep_run_id).data.tags.get(RUN_ID_TAG)
-    if run_tag:
-        tags[RUN_ID_TAG] = run_tag
+    sweep_tags = tracker.client.get_run(sweep_run_id).data.tags
+    tags = {**inherited_tags(sweep_tags), PARENT_TAG: sweep_run_id, STAGE_TAG: "trial"}
 
     class TrialMetricsCallback(MLflowLoggerCallback):
         """One run per trial: named "trial NN" (the sweep stage renames it with its values once
