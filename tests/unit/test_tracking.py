@@ -247,7 +247,9 @@ def test_parent_run_params_and_config(tracker):
     config = tracker.config
     parent = tracker.start_parent_run("flow-params", {})
     params = tracker.client.get_run(parent).data.params
-    assert params == {key: str(value) for key, value in config.flat().items()}
+    # The swept keys wait for the sweep's champion (the sweep stage logs them).
+    swept = set(config.sweep.search_space) if config.sweep.enabled else set()
+    assert params == {k: str(v) for k, v in config.flat().items() if k not in swept}
     assert len(params) > 30
 
     local = tracker.client.download_artifacts(parent, "config.yaml")
@@ -650,3 +652,49 @@ def test_a_slow_server_gets_one_create_run_not_a_retried_duplicate(monkeypatch):
         server.server_close()
     assert run.info.run_id == "run1"
     assert creates == ["/api/2.0/mlflow/runs/create"]
+
+
+def test_parent_run_leaves_swept_keys_for_the_champion_and_passes_its_source_down(home):
+    """Issue 33 item 4: the parent run's params are the champion's (a default logged first
+    could never change), and Source / Created by reach every child run."""
+    from training.stages.sweep import champion_params
+    from training.tracking.store import configure
+
+    config = make_config().with_overrides({"sweep.enabled": True})
+    own = configure(config)
+    source = {"mlflow.source.name": "trainflow run", "mlflow.user": "ada"}
+    parent = own.start_parent_run("flow-champion", source)
+    params = own.client.get_run(parent).data.params
+    swept = set(config.sweep.search_space)
+    assert swept and not swept & set(params)
+    assert params["train.max_epochs"] == str(config.train.max_epochs)
+    chosen = champion_params(config, {"train.lr": 0.0042, "train.batch_size": 32})
+    assert chosen["train.lr"] == 0.0042 and chosen["train.batch_size"] == 32
+    assert set(chosen) == swept
+    child = own.start_child_run(parent, "train", "train")
+    tags = own.client.get_run(child).data.tags
+    assert tags["mlflow.source.name"] == "trainflow run" and tags["mlflow.user"] == "ada"
+    assert tags["trainflow.run_id"] == "flow-champion"
+    own.close_unfinished(parent, "KILLED")
+
+
+def test_run_tree_links_open_the_training_view(tracker):
+    from training.tracking import ui
+
+    parent = tracker.start_parent_run("flow-links", {})
+    sweep = tracker.start_child_run(parent, "sweep", "sweep")
+    trial = tracker.start_child_run(sweep, "trial 00", "trial")
+    tracker.set_tags(sweep, {"best_trial_run_id": trial, "best_trial_name": "trial 00 · lr=0.1"})
+    train = tracker.start_child_run(parent, "train", "train")
+    evaluate = tracker.start_child_run(parent, "evaluate", "evaluate")
+    links = ui.run_tree_links(tracker, parent, "digits", "3")
+    base = f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs"
+    view = "?workflowType=machine_learning"
+    assert links == {
+        "the pipeline's runs": f"{base}{view}",
+        "best trial (trial 00 · lr=0.1)": f"{base}/{trial}{view}",
+        "train run": f"{base}/{train}{view}",
+        "evaluate run": f"{base}/{evaluate}{view}",
+        "model digits version 3": "http://127.0.0.1:5000/#/models/digits/versions/3",
+    }
+    tracker.close_unfinished(parent, "KILLED")
