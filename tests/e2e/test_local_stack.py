@@ -433,6 +433,21 @@ def test_prefect_ui_on_a_port_other_than_4200_shows_the_flow_run(stack, smoke_fi
     assert stack["ports"]["prefect"] != 4200
     settings = _get(f"{prefect_url}/ui-settings")
     assert settings["api_url"] == f"http://127.0.0.1:{stack['ports']['prefect']}/api"
+    # The flow run's artifacts: the trials table, links to the MLflow run and model version.
+    api = f"{prefect_url}/api"
+    artifacts = _post(
+        f"{api}/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [smoke_finished["id"]]}}}
+    )
+    by_key = {a["key"]: a for a in artifacts}
+    assert by_key["trainflow-trials"]["type"] == "table"
+    trials = by_key["trainflow-trials"]["data"]
+    trials = json.loads(trials) if isinstance(trials, str) else trials
+    assert len(trials) == 4 and {"trial", "train.lr", "epochs", "fate"} <= set(trials[0])
+    mlflow_url = stack["state"]["mlflow_url"]
+    assert by_key["trainflow-mlflow-run"]["type"] == "link"
+    assert mlflow_url in by_key["trainflow-mlflow-run"]["data"]
+    assert "workflowType=machine_learning" in by_key["trainflow-mlflow-run"]["data"]
+    assert f"{mlflow_url}/#/models/" in by_key["trainflow-model-version"]["data"]
     # `status` links the experiment's runs in the MLflow UI's training view (issue 33 item 1).
     proc = trainflow(stack["home"], "status", "--json")
     runs_link = json.loads(proc.stdout)["mlflow_experiments"]["trainflow-smoke"]
@@ -461,6 +476,9 @@ def test_prefect_ui_on_a_port_other_than_4200_shows_the_flow_run(stack, smoke_fi
             page.screenshot(path=str(shots / "01-flow-run.png"))
             assert page.get_by_text("Can't connect to Server API").count() == 0
             assert not [url for url in asked if ":4200/" in url]
+            page.get_by_role("tab", name="Artifacts").first.click()
+            page.get_by_text("trainflow-trials").first.wait_for()
+            page.screenshot(path=str(shots / "02-flow-run-artifacts.png"))
         finally:
             browser.close()
 
