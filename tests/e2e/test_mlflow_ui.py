@@ -402,7 +402,9 @@ def test_the_summary_link_opens_the_training_view_in_a_fresh_profile(
 def test_the_parent_run_holds_the_champions_params(client, runs, pipeline):
     """Issue 33 item 4: not the config defaults: the values the champion was trained with."""
     parent, train = runs["parent"], runs["stages"]["train"]
-    shared = {k: v for k, v in train.data.params.items() if k != "task"}
+    # the training config (the logged model adds its own model_config, e.g. `device`)
+    shared = {k: v for k, v in train.data.params.items() if k.startswith(("train.", "model."))}
+    assert "train.lr" in shared and "model.dropout" in shared
     assert {k: parent.data.params.get(k) for k in shared} == shared
     assert parent.data.params["train.lr"] == str(pipeline["sweep"]["best_params"]["train.lr"])
     assert parent.data.tags["mlflow.source.name"] == "trainflow run"

@@ -221,7 +221,9 @@ def test_mlflow_ui_story_of_the_run_tree(first_run, client):
         for r in _children(client, experiment_id, parent.info.run_id)
     }
     train = stages["train"]
-    shared = {k: v for k, v in train.data.params.items() if k != "task"}
+    # the training config (the logged model adds its own model_config, e.g. `device`)
+    shared = {k: v for k, v in train.data.params.items() if k.startswith(("train.", "model."))}
+    assert "train.lr" in shared and "model.dropout" in shared
     assert {k: parent.data.params.get(k) for k in shared} == shared
     for key, value in summary["sweep"]["best_params"].items():
         assert parent.data.params[key] == str(value)
