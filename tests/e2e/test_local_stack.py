@@ -444,10 +444,12 @@ def test_prefect_ui_on_a_port_other_than_4200_shows_the_flow_run(stack, smoke_fi
     trials = json.loads(trials) if isinstance(trials, str) else trials
     assert len(trials) == 4 and {"trial", "train.lr", "epochs", "fate"} <= set(trials[0])
     mlflow_url = stack["state"]["mlflow_url"]
-    assert by_key["trainflow-mlflow-run"]["type"] == "link"
-    assert mlflow_url in by_key["trainflow-mlflow-run"]["data"]
-    assert "workflowType=machine_learning" in by_key["trainflow-mlflow-run"]["data"]
-    assert f"{mlflow_url}/#/models/" in by_key["trainflow-model-version"]["data"]
+    # Prefect 3 keeps a link artifact as a markdown link: [text](url)
+    run_link = by_key["trainflow-mlflow-run"]["data"]
+    assert re.fullmatch(rf"\[MLflow run pipeline-\w+\]\({re.escape(mlflow_url)}/#/\S+\)", run_link)
+    assert "workflowType=machine_learning" in run_link
+    version_link = by_key["trainflow-model-version"]["data"]
+    assert f"({mlflow_url}/#/models/digits-smoke/versions/" in version_link
     # `status` links the experiment's runs in the MLflow UI's training view (issue 33 item 1).
     proc = trainflow(stack["home"], "status", "--json")
     runs_link = json.loads(proc.stdout)["mlflow_experiments"]["trainflow-smoke"]
