@@ -478,7 +478,7 @@ def test_prefect_ui_on_a_port_other_than_4200_shows_the_flow_run(stack, smoke_fi
             page.screenshot(path=str(shots / "01-flow-run.png"))
             assert page.get_by_text("Can't connect to Server API").count() == 0
             assert not [url for url in asked if ":4200/" in url]
-            page.get_by_role("tab", name="Artifacts").first.click()
+            page.get_by_text("Artifacts", exact=True).first.click()
             page.get_by_text("trainflow-trials").first.wait_for()
             page.screenshot(path=str(shots / "02-flow-run-artifacts.png"))
         finally:
