@@ -144,6 +144,22 @@ def base_environment(home: Path) -> dict[str, str]:
     return env
 
 
+def prefect_server_environment(env: dict[str, str], state: StackState) -> dict[str, str]:
+    """The Prefect server's environment: its UI on, and the API URL its UI announces at
+    ``/ui-settings`` set to where clients reach this server. Prefect derives that URL from its
+    own host/port settings, not from ``server start --port``, so without it every UI page of a
+    stack on another port talks to 127.0.0.1:4200."""
+    server_env = {
+        **env,
+        "PREFECT_UI_ENABLED": "true",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_UI_API_URL": state.prefect_api_url,
+    }
+    server_env.pop("PREFECT_API_URL", None)  # a client setting; the server's UI would use it
+    server_env.pop("PREFECT_UI_API_URL", None)  # a caller's stale alias must not win
+    return server_env
+
+
 def prefect_command(port: int, host: str = HOST) -> list[str]:
     return [_tool("prefect"), "server", "start", "--host", host, "--port", str(port)]
 
@@ -232,8 +248,7 @@ def _start_parts(
         env.update(auth.client_env())  # the worker and its flow runs, like this CLI
         os.environ.update(auth.client_env())
         mlflow_env.update(auth.mlflow_server_env(cwd))
-    server_env = {**env, "PREFECT_UI_ENABLED": "true", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    server_env.pop("PREFECT_API_URL", None)
+    server_env = prefect_server_environment(env, state)
     if auth is not None:
         server_env.update(auth.prefect_server_env())
     prefect_cmd = prefect_command(options.prefect_port, options.host)

@@ -11,7 +11,7 @@ from prefect import flow, get_run_logger, runtime
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.exceptions import ExternalSignal
 
-from flows import quiet_errors
+from flows import quiet_errors, run_artifacts
 from tasks import stages
 from training import progress
 from training.config import PipelineConfig
@@ -68,7 +68,8 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     # Reach MLflow (a health check for servers) before Ray or any file is touched.
     tracker = store.configure(config)
     parent = tracker.start_parent_run(
-        run_id, tags={"prefect.flow_run_id": str(runtime.flow_run.id or "")}
+        run_id,
+        tags={"prefect.flow_run_id": str(runtime.flow_run.id or ""), **run_artifacts.source_tags()},
     )
     logger.info("run %s: MLflow parent run %s (%s)", run_id, parent, redact(tracker.tracking_uri))
     # A re-run of a killed run (SIGKILL: no handler ran) finds its runs still RUNNING: they
@@ -160,6 +161,7 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
             parent_run_id=parent,
             train_run_id=trained.run_id,
             ui_command=ui.command(tracker),
+            run_url=ui.run_page_url(tracker, parent),
         ),
         model=model,
         checkpoint=trained.outcome.checkpoint_path,
@@ -170,6 +172,7 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
         config, tracker, parent, summary, trained.outcome.history, evaluated.result
     )
     tracker.log_dict(parent, summary.to_dict(), "summary.json")
+    run_artifacts.publish(config, tracker, parent, summary)
     return summary
 
 
@@ -182,12 +185,11 @@ def _publish_report(
     logger = get_run_logger()
     try:
         runs = tracker.find_runs(parent)
-        links = {}
-        if ui.run_url(tracker, parent):
-            links["this run in the MLflow UI"] = ui.run_url(tracker, parent)
-            trials = [run.info.run_id for run in runs if run.data.tags.get(STAGE_TAG) == "trial"]
-            if trials:
-                links["the sweep's trials side by side"] = ui.compare_url(tracker, trials)
+        # Into the MLflow UI's training view (a local store's after `mlflow ui`, see ui.command).
+        links = {"this run in the MLflow UI": ui.run_page_url(tracker, parent)}
+        trials = [run.info.run_id for run in runs if run.data.tags.get(STAGE_TAG) == "trial"]
+        if trials:
+            links["the sweep's trials side by side"] = ui.compare_url(tracker, trials)
         with tempfile.TemporaryDirectory() as tmp:
             # The plots each stage drew and logged, read back rather than drawn again.
             logged = {}

@@ -12,6 +12,15 @@ if TYPE_CHECKING:
     from training.summary import RunSummary
 
 
+def mlflow_how_to_open(mlflow) -> str:
+    """Open the parent run in the MLflow UI's training view; a local store's UI starts first."""
+    if not mlflow.run_url:  # a summary written before the link
+        return f"open: {mlflow.ui_command}"
+    if mlflow.ui_command.startswith("mlflow ui"):
+        return f"start the UI: {mlflow.ui_command} · then open: {mlflow.run_url}"
+    return f"open: {mlflow.run_url}"
+
+
 def summary_lines(summary: RunSummary, log_path: str | None = None) -> list[str]:
     """``key  value`` lines: run, data, sweep, test metrics, model, stage times, where to look.
 
@@ -47,7 +56,7 @@ def summary_lines(summary: RunSummary, log_path: str | None = None) -> list[str]
             f"version {model.champion_version}{_gate_detail(model.gate_record)}",
         ),
         ("stages", " · ".join(f"{k} {v:.1f} s" for k, v in summary.stage_seconds.items())),
-        ("MLflow", f"parent run {mlflow.parent_run_id} · open: {mlflow.ui_command}"),
+        ("MLflow", f"parent run {mlflow.parent_run_id} · {mlflow_how_to_open(mlflow)}"),
     ]
     if summary.report:
         rows.append(("report", summary.report))

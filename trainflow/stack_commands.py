@@ -116,6 +116,7 @@ def status(as_json: bool = JsonOption) -> None:
         except TrainflowError as exc:
             problem = str(exc)
     healthy = all(p.healthy for p in parts) and len(parts) == len(stack.PARTS)
+    experiments = _training_experiments(state, parts)
     if as_json:
         report = {
             "running": healthy,
@@ -123,12 +124,28 @@ def status(as_json: bool = JsonOption) -> None:
             "deployments": deployments,
             "prefect_api_url": state.prefect_api_url,
             "mlflow_url": state.mlflow_url,
+            "mlflow_experiments": experiments,
         }
         console.print_json(json.dumps(report))
     else:
         _print_status(parts, deployments, problem)
+        for name, url in experiments.items():
+            console.print(f"MLflow runs of {name}: {url}", soft_wrap=True, highlight=False)
     if not healthy:
         raise typer.Exit(1)
+
+
+def _training_experiments(state, parts) -> dict[str, str]:
+    """The stack's model-training experiments and their runs in the MLflow UI's training view
+    (MLflow 3 opens an experiment on its GenAI side otherwise); none while MLflow is down."""
+    if not any(p.name == "mlflow" and p.healthy for p in parts):
+        return {}
+    from training.tracking import ui
+
+    try:
+        return ui.training_experiments(state.mlflow_url)
+    except Exception:  # a status line must not fail the status
+        return {}
 
 
 def _print_status(parts, deployments, problem: str | None) -> None:

@@ -32,6 +32,8 @@ class MlflowSummary:
     parent_run_id: str
     train_run_id: str
     ui_command: str  # the shell command that opens the MLflow UI on this store
+    # The parent run's page in the MLflow UI's training view (a local store: once ui_command runs)
+    run_url: str = ""
 
 
 @dataclass

@@ -423,6 +423,68 @@ def test_redeploy_is_idempotent(stack, deployed, smoke_finished):
     assert after == before
 
 
+def test_prefect_ui_on_a_port_other_than_4200_shows_the_flow_run(stack, smoke_finished):
+    """Issue 33 item 6: the UI's /ui-settings announces the API on the port `up` was given (it
+    said 127.0.0.1:4200 whatever the port), and in a fresh headless Chromium the flow run's page
+    loads from it instead of "Can't connect to Server API"."""
+    import os
+
+    prefect_url = stack["state"]["prefect_url"]
+    assert stack["ports"]["prefect"] != 4200
+    settings = _get(f"{prefect_url}/ui-settings")
+    assert settings["api_url"] == f"http://127.0.0.1:{stack['ports']['prefect']}/api"
+    # The flow run's artifacts: the trials table, links to the MLflow run and model version.
+    api = f"{prefect_url}/api"
+    artifacts = _post(
+        f"{api}/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [smoke_finished["id"]]}}}
+    )
+    by_key = {a["key"]: a for a in artifacts}
+    assert by_key["trainflow-trials"]["type"] == "table"
+    trials = by_key["trainflow-trials"]["data"]
+    trials = json.loads(trials) if isinstance(trials, str) else trials
+    assert len(trials) == 4 and {"trial", "train.lr", "epochs", "fate"} <= set(trials[0])
+    mlflow_url = stack["state"]["mlflow_url"]
+    # Prefect 3 keeps a link artifact as a markdown link: [text](url)
+    run_link = by_key["trainflow-mlflow-run"]["data"]
+    assert re.fullmatch(rf"\[MLflow run pipeline-\w+\]\({re.escape(mlflow_url)}/#/\S+\)", run_link)
+    assert "workflowType=machine_learning" in run_link
+    version_link = by_key["trainflow-model-version"]["data"]
+    assert f"({mlflow_url}/#/models/digits-smoke/versions/" in version_link
+    # `status` links the experiment's runs in the MLflow UI's training view (issue 33 item 1).
+    proc = trainflow(stack["home"], "status", "--json")
+    runs_link = json.loads(proc.stdout)["mlflow_experiments"]["trainflow-smoke"]
+    assert runs_link.startswith(stack["state"]["mlflow_url"] + "/#/experiments/")
+    assert runs_link.endswith("/runs?workflowType=machine_learning")
+    chromium = "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{chromium} is missing in CI: .ci/run must install Debian's chromium")
+        pytest.skip(f"{chromium} is missing (apt-get install chromium); runs in CI")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
+            page.set_default_timeout(60_000)
+            asked = []
+            page.on("request", lambda request: asked.append(request.url))
+            page.goto(f"{prefect_url}/runs/flow-run/{smoke_finished['id']}")
+            page.get_by_text(smoke_finished["name"]).first.wait_for()
+            shots = REPO_ROOT / "test-output" / "prefect-ui"
+            shots.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shots / "01-flow-run.png"))
+            assert page.get_by_text("Can't connect to Server API").count() == 0
+            assert not [url for url in asked if ":4200/" in url]
+            page.get_by_text("Artifacts", exact=True).first.click()
+            page.get_by_text("trainflow-trials").first.wait_for()
+            page.screenshot(path=str(shots / "02-flow-run-artifacts.png"))
+        finally:
+            browser.close()
+
+
 def test_down_stops_every_started_process(stack, smoke_finished):
     pids = _pids_of_tree([p["pid"] for p in stack["state"]["parts"].values()])
     assert pids

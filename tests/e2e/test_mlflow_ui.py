@@ -10,6 +10,8 @@ Screenshots go to test-output/mlflow-ui/ (gitignored; see docs/mlflow-ui.md):
 05-sweep-curves.png        the sweep run's learning-curves plot in the artifact viewer
 06-report.png              the pipeline's HTML report (report.html) on the parent run
 07-model-registry.png      the registered model: versions, tags, champion/challenger aliases
+08-parent-run.png          the summary's link in a fresh profile: the parent run, training view
+09-runs-fresh-profile.png  the experiment's runs link in a fresh profile: the run tree
 
 The browser tests skip only where /usr/bin/chromium is missing and $CI is unset; in CI they run
 (.ci/run installs chromium).
@@ -42,6 +44,18 @@ LAUNCH_ARGS = [
 ]
 UI_TIMEOUT_MS = 60_000  # the UI's first load compiles a large bundle on a busy 2-core machine
 MODEL = "digits-smoke"
+# What Tune and the loop report beside the model's metrics: none of it is a trial run's metric.
+TUNE_BOOKKEEPING = {
+    "epoch",
+    "training_iteration",
+    "time_this_iter_s",
+    "time_total_s",
+    "workers",
+    "timestamp",
+    "done",
+    "pid",
+    "lr",
+}
 
 
 def _trainflow(home: Path, uri: str, *args: str, timeout: int = 600):
@@ -112,6 +126,9 @@ def test_trial_runs_are_named_tagged_and_comparable(pipeline, runs):
         assert set(run.data.params) == {"train.lr"}
         assert {"train_loss", "val_loss", "val_accuracy"} <= set(run.data.metrics)
         assert not {"pid", "timestamp", "done"} & set(run.data.metrics)  # no Tune bookkeeping
+        # Issue 33 item 2: the model's metrics only, per epoch; no Ray trial_name tag.
+        assert set(run.data.metrics) == {"train_loss", "val_loss", "val_accuracy"}
+        assert "trial_name" not in tags
         assert len(trial["history"]) == trial["epochs"]
         if trial["status"] == "stopped-early":
             assert re.fullmatch(
@@ -132,6 +149,9 @@ def test_sweep_run_summary_plots_and_report(pipeline, client, runs):
     assert metrics["epochs_budget"] == 12 and metrics["trials_run"] == 4
     assert metrics["epochs_saved_fraction"] == pytest.approx(1 - metrics["epochs_spent"] / 12)
     assert "ASHA sweep" in sweep.data.tags["mlflow.note.content"]
+    assert metrics["epochs_saved_fraction"] == round(metrics["epochs_saved_fraction"], 4)
+    assert json.loads(sweep.data.params["search_space.train.lr"]) == {"loguniform": [1e-4, 3e-2]}
+    assert not [value for value in sweep.data.params.values() if "None" in value]
 
     def artifacts(run, path=None):
         return {a.path for a in client.list_artifacts(run.info.run_id, path)}
@@ -147,6 +167,8 @@ def test_sweep_run_summary_plots_and_report(pipeline, client, runs):
         "plots/per_class.png",
     }
     assert "report.html" in artifacts(runs["parent"])
+    space = client.download_artifacts(sweep.info.run_id, "search_space.json")
+    assert "train.lr" in json.loads(Path(space).read_text())
     page = client.download_artifacts(runs["parent"].info.run_id, "report.html")
     text = Path(page).read_text()
     assert text.count("data:image/png;base64,") == 6  # 3 sweep, 1 train, 2 evaluation
@@ -254,17 +276,30 @@ def test_run_tree_shows_the_trials_and_opens_their_compare_view(page, server, pi
     page.get_by_role("button", name="Compare").first.click()
     page.wait_for_url("**/compare-runs**")
     page.get_by_text("train.lr", exact=True).first.wait_for()
-    # plot the trials' learning rate against val_accuracy (the default metric is the first one)
+    # plot the trials' learning rate against val_accuracy. The plot opens on the first metric:
+    # one of the model's (issue 33 item 2: Tune's `epoch` & co. sorted ahead of them before).
     metrics = page.locator(
         ".du-bois-light-select",
-        has=page.locator(".du-bois-light-select-selection-item-content", has_text="epoch"),
+        has=page.locator(
+            ".du-bois-light-select-selection-item-content",
+            has_text=re.compile(r"^(train_loss|val_loss|val_accuracy)$"),
+        ),
     ).first
+    selected = metrics.locator(".du-bois-light-select-selection-item-content").all_inner_texts()
     metrics.locator(".du-bois-light-select-selector").click()
-    page.locator('.du-bois-light-select-item-option[title="val_accuracy"]').first.click()
+    options = page.locator(".du-bois-light-select-item-option")
+    options.first.wait_for()
+    offered = {options.nth(i).get_attribute("title") for i in range(options.count())}
+    assert {"train_loss", "val_loss", "val_accuracy"} <= offered, offered
+    assert not TUNE_BOOKKEEPING & offered, offered
+    if "val_accuracy" not in selected:
+        page.locator('.du-bois-light-select-item-option[title="val_accuracy"]').first.click()
     page.keyboard.press("Escape")
-    metrics.locator(".du-bois-light-select-selection-item", has_text="epoch").locator(
-        ".du-bois-light-select-selection-item-remove"
-    ).click()
+    for name in selected:
+        if name != "val_accuracy":
+            metrics.locator(".du-bois-light-select-selection-item", has_text=name).locator(
+                ".du-bois-light-select-selection-item-remove"
+            ).click()
     text = page.inner_text("body")
     assert f"Comparing {len(names)} Runs" in text
     for name in names:
@@ -281,6 +316,45 @@ def test_run_tree_shows_the_trials_and_opens_their_compare_view(page, server, pi
     assert re.search(r"^val_accuracy\s", text, re.MULTILINE), "no val_accuracy row"
     assert f"{max(r.data.metrics['val_accuracy'] for r in runs['trials']):.3f}" in text
     _shot(page, "03-compare-tables.png")
+
+
+def test_the_summary_link_opens_the_training_view_in_a_fresh_profile(
+    browser_context, server, pipeline, runs
+):
+    """Issue 33 item 1: a browser that never chose "Model training" follows the link the
+    summary prints (the parent run) and the experiment's runs link into the training view."""
+    context = browser_context.browser.new_context(viewport={"width": 1600, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(UI_TIMEOUT_MS)
+        run_url = pipeline["mlflow"]["run_url"]
+        assert run_url.startswith(server) and run_url.endswith("workflowType=machine_learning")
+        page.goto(run_url)
+        page.get_by_text(runs["parent"].info.run_name, exact=True).first.wait_for()
+        page.get_by_text("Model registry", exact=True).first.wait_for()  # the training menu
+        page.get_by_text("trainflow pipeline run", exact=False).first.wait_for()  # description
+        _shot(page, "08-parent-run.png")
+        page.goto(run_url.replace(f"/runs/{runs['parent'].info.run_id}?", "/runs?"))
+        parent = runs["parent"].info.run_name
+        page.get_by_text(parent, exact=True).wait_for()
+        _expand(page, parent)
+        for stage in ("sweep", "train", "evaluate"):
+            page.get_by_text(stage, exact=True).first.wait_for()
+        _shot(page, "09-runs-fresh-profile.png")
+    finally:
+        context.close()
+
+
+def test_the_parent_run_holds_the_champions_params(client, runs, pipeline):
+    """Issue 33 item 4: not the config defaults: the values the champion was trained with."""
+    parent, train = runs["parent"], runs["stages"]["train"]
+    # the training config (the logged model adds its own model_config, e.g. `device`)
+    shared = {k: v for k, v in train.data.params.items() if k.startswith(("train.", "model."))}
+    assert "train.lr" in shared and "model.dropout" in shared
+    assert {k: parent.data.params.get(k) for k in shared} == shared
+    assert parent.data.params["train.lr"] == str(pipeline["sweep"]["best_params"]["train.lr"])
+    assert parent.data.tags["mlflow.source.name"] == "trainflow run"
+    assert "search_space.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
 
 
 def test_compare_url_from_the_cli_opens_the_same_view(page, compare_output, runs):

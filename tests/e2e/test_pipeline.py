@@ -190,6 +190,53 @@ def test_mlflow_run_tree_histories_and_registry(first_run, client):
     assert "challenger" in client.get_model_version("digits-smoke", version.version).aliases
 
 
+def test_mlflow_ui_story_of_the_run_tree(first_run, client):
+    """Issue 33 items 1, 2, 4, 5 on the smoke run's store: the experiment is a model-training
+    one; the parent run holds the champion's params (the train run's), the sweep's space, a
+    description linking its runs and version, source and user; trials log the model's metrics
+    only; no second copy of a metric or plot; the summary prints a training-view link."""
+    summary, proc = first_run
+    experiment_id = summary["mlflow"]["experiment_id"]
+    experiment = client.get_experiment(experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    parent = client.get_run(summary["mlflow"]["parent_run_id"])
+    stages = {
+        r.data.tags.get("trainflow.stage"): r
+        for r in _children(client, experiment_id, parent.info.run_id)
+    }
+    train = stages["train"]
+    # the training config (the logged model adds its own model_config, e.g. `device`)
+    shared = {k: v for k, v in train.data.params.items() if k.startswith(("train.", "model."))}
+    assert "train.lr" in shared and "model.dropout" in shared
+    assert {k: parent.data.params.get(k) for k in shared} == shared
+    for key, value in summary["sweep"]["best_params"].items():
+        assert parent.data.params[key] == str(value)
+    assert "search_space.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    note = parent.data.tags["mlflow.note.content"]
+    for run in (train, stages["evaluate"]):
+        assert f"/runs/{run.info.run_id}?workflowType=machine_learning)" in note
+    assert f"/runs/{stages['sweep'].data.tags['best_trial_run_id']}?workflowType" in note
+    assert f"/#/models/digits-smoke/versions/{summary['model']['version']}" in note
+    for run in (parent, *stages.values()):
+        assert run.data.tags["mlflow.source.name"] == "trainflow run", run.info.run_name
+        assert run.data.tags["mlflow.user"], run.info.run_name
+
+    trials = _children(client, experiment_id, stages["sweep"].info.run_id)
+    for trial in trials:
+        assert set(trial.data.metrics) == {"train_loss", "val_loss", "val_accuracy"}
+        assert "trial_name" not in trial.data.tags
+        assert trial.data.tags["mlflow.source.name"] == "trainflow run"
+
+    evaluate = stages["evaluate"]
+    assert "accuracy_score" not in evaluate.data.metrics
+    assert "confusion_matrix.png" not in {
+        a.path for a in client.list_artifacts(evaluate.info.run_id)
+    }
+    link = f"/#/experiments/{experiment_id}/runs/{parent.info.run_id}"
+    assert summary["mlflow"]["run_url"].endswith(f"{link}?workflowType=machine_learning")
+    assert summary["mlflow"]["run_url"] in proc.stdout
+
+
 def test_second_run_reuses_preprocessing_and_serves_the_champion(
     home, first_run, smoke_second_run, tmp_path
 ):

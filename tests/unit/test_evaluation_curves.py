@@ -51,6 +51,7 @@ def test_the_curves_get_at_most_curve_rows_and_the_run_says_so(monkeypatch):
     monkeypatch.setattr(mlflow.models, "evaluate", fake_evaluate)
     monkeypatch.setattr(mlflow, "start_run", lambda run_id: _nothing())
     monkeypatch.setattr(evaluation, "global_uris", lambda uri: _nothing())
+    monkeypatch.setattr(evaluation, "one_copy_each", _nothing)
     rows = 200
     labels = np.arange(rows) % 3
     probs = np.full((rows, 3), 1 / 3, dtype=np.float32)
@@ -64,3 +65,29 @@ def _nothing():
     import contextlib
 
     return contextlib.nullcontext()
+
+
+def test_mlflow_evaluation_logs_no_second_copy_of_our_metrics_or_confusion_matrix(tmp_path):
+    """Issue 33 item 5: MLflow's evaluator on a real (sqlite) store logs neither accuracy_score
+    (our test_accuracy) nor a root-level confusion_matrix.png (our plots/confusion_matrix.png);
+    its other metrics and artifacts stay."""
+    from mlflow import MlflowClient
+
+    from training.config import MlflowConfig, PipelineConfig
+    from training.tracking.store import configure
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = configure(PipelineConfig(mlflow=MlflowConfig(tracking_uri=uri, experiment="dup")))
+    run = tracker.client.create_run(tracker.experiment_id).info.run_id
+    rng = np.random.default_rng(0)
+    labels = np.arange(60) % 3
+    predictions = np.where(rng.random(60) < 0.8, labels, (labels + 1) % 3)
+    probs = np.full((60, 3), 0.1, dtype=np.float32)
+    probs[np.arange(60), predictions] = 0.8
+    metrics = evaluation.evaluate_predictions(tracker, run, labels, predictions, probs, [0, 1, 2])
+    logged = MlflowClient(uri).get_run(run).data.metrics
+    assert "accuracy_score" not in logged and "accuracy_score" not in metrics
+    assert {"f1_score", "example_count"} <= set(logged)
+    files = {a.path for a in MlflowClient(uri).list_artifacts(run)}
+    assert "confusion_matrix.png" not in files
+    assert "roc_curve_plot.png" in files

@@ -300,6 +300,7 @@ def synthetic_summary() -> RunSummary:
             parent_run_id="p123",
             train_run_id="t123",
             ui_command="mlflow ui --backend-store-uri sqlite:///x/mlflow.db",
+            run_url="http://127.0.0.1:5000/#/experiments/1/runs/p123?workflowType=machine_learning",
         ),
         model=ModelSummary(
             name="digits",
@@ -495,6 +496,32 @@ def test_summary_markdown_has_every_part():
     assert "## Sweep" not in markdown.summary_markdown(summary)
 
 
+LOCAL_RUN_LINK = "http://127.0.0.1:5000/#/experiments/1/runs/p123?workflowType=machine_learning"
+
+
+def test_every_ui_pointer_links_into_the_training_view():
+    """Issue 33 item 1: the console summary and the Prefect artifact give a link carrying
+    workflowType=machine_learning; for a local store after the command that starts the UI."""
+    from trainflow.render import summary_lines
+
+    summary = synthetic_summary()
+    text = markdown.summary_markdown(summary)
+    assert "- Start the MLflow UI: `mlflow ui --backend-store-uri sqlite:///x/mlflow.db`" in text
+    assert f"- Then open the run: [{LOCAL_RUN_LINK}]({LOCAL_RUN_LINK})" in text
+    line = next(line for line in summary_lines(summary) if line.startswith("MLflow"))
+    assert line.endswith(
+        "start the UI: mlflow ui --backend-store-uri sqlite:///x/mlflow.db · then open: "
+        + LOCAL_RUN_LINK
+    )
+    summary.mlflow.ui_command = "http://mlflow.internal:5000"
+    summary.mlflow.run_url = "http://mlflow.internal:5000/#/experiments/1/runs/p123?x=1"
+    line = next(line for line in summary_lines(summary) if line.startswith("MLflow"))
+    assert line.endswith("· open: http://mlflow.internal:5000/#/experiments/1/runs/p123?x=1")
+    assert "Open the run in the MLflow UI: [http://mlflow.internal" in (
+        markdown.summary_markdown(summary)
+    )
+
+
 # ---------------------------------------------------------------------------- the run summary
 
 # The keys that `trainflow run --summary-json`, summary.json on MLflow, the benchmarks (B4) and
@@ -524,6 +551,7 @@ def test_run_summary_to_dict_keeps_the_json_shape():
         "parent_run_id",
         "train_run_id",
         "ui_command",
+        "run_url",
     ]
     # the registered version's dict followed by the gate's, as the promote stage returns them
     assert list(doc["model"]) == [
@@ -593,3 +621,46 @@ def test_trial_history_from_tunes_progress_frame():
     assert "val_loss" not in history[2]  # NaN dropped
     FakeResult.metrics_dataframe = None
     assert trial_history(FakeResult()) == []
+
+
+def test_trials_table_has_params_best_metric_epochs_and_fate():
+    """Issue 33 item 6: the Prefect table artifact of the sweep's trials."""
+    rows = markdown.trials_table(synthetic_sweep(), ASHA)
+    assert [row["trial"] for row in rows] == ["trial 00 (best)", "trial 01", "trial 02", "trial 03"]
+    first = rows[0]
+    assert list(first) == [
+        "trial",
+        "train.lr",
+        "train.batch_size",
+        "best val_accuracy",
+        "epochs",
+        "fate",
+    ]
+    assert first["train.lr"] == "0.0031" and first["train.batch_size"] == "64"
+    assert first["best val_accuracy"] == "0.9"  # the best epoch, not the last
+    assert first["epochs"] == "4 of 4" and first["fate"] == "completed all 4 iterations"
+    assert rows[1]["fate"].startswith("stopped by ASHA at rung 1")
+    assert rows[3]["fate"].startswith("errored")
+
+
+def test_best_value_follows_the_metric_direction():
+    sweep = synthetic_sweep()
+    trial = sweep.trials[0]
+    assert markdown.best_value(trial, "val_accuracy") == max(
+        row["val_accuracy"] for row in trial.history
+    )
+    assert markdown.best_value(trial, "val_loss") == min(row["val_loss"] for row in trial.history)
+
+
+def test_parent_run_note_links_the_runs_and_the_version():
+    links = {
+        "best trial (trial 00 · lr=0.0031)": "http://m/#/experiments/1/runs/b?workflowType=x",
+        "train run": "http://m/#/experiments/1/runs/t",
+        "model digits version 3": "http://m/#/models/digits/versions/3",
+    }
+    note = markdown.parent_run_note(synthetic_summary(), links)
+    assert note.startswith("**trainflow pipeline run `abc123`**")
+    assert "the champion's params (this run's params) are the best trial's" in note
+    for label, url in links.items():
+        assert f"- [{label}]({url})" in note
+    assert "gate **kept-champion**" in note

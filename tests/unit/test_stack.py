@@ -299,3 +299,41 @@ def test_deployment_parameters_are_the_validated_config_files():
     }
     with pytest.raises(ConfigError, match="nightly, smoke"):
         spec("weekly")
+
+
+def _state_on(host: str, port: int) -> stack_state.StackState:
+    from deployments.exposure import client_host
+
+    return stack_state.StackState(
+        home="/tmp/h",
+        pool="trainflow",
+        prefect_url=f"http://{client_host(host)}:{port}",
+        mlflow_url="http://127.0.0.1:5000",
+        artifacts_destination="/tmp/h/mlartifacts",
+        host=host,
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:4291/api"),
+        ("0.0.0.0", "http://127.0.0.1:4291/api"),  # this machine's clients reach a wildcard here
+        ("192.168.7.9", "http://192.168.7.9:4291/api"),
+    ],
+)
+def test_prefect_ui_announces_the_api_on_the_port_and_host_up_was_given(host, expected):
+    """Issue 33 item 6: the server's /ui-settings announced 127.0.0.1:4200 whatever --port was."""
+    caller = {"PREFECT_API_URL": "http://elsewhere:1/api", "PREFECT_UI_API_URL": "http://old/api"}
+    env = stack.prefect_server_environment(caller, _state_on(host, 4291))
+    assert env["PREFECT_SERVER_UI_API_URL"] == expected
+    assert "PREFECT_API_URL" not in env and "PREFECT_UI_API_URL" not in env
+    assert env["PREFECT_UI_ENABLED"] == "true"
+
+
+def test_prefect_reads_the_ui_api_url_we_set(monkeypatch):
+    """The setting's name is Prefect's: its settings model turns it into /ui-settings' api_url."""
+    from prefect.settings import Settings
+
+    monkeypatch.setenv("PREFECT_SERVER_UI_API_URL", "http://127.0.0.1:4291/api")
+    assert Settings().server.ui.api_url == "http://127.0.0.1:4291/api"

@@ -91,6 +91,19 @@ def test_experiment_artifacts_under_home(tracker, home):
         f"mlflow ui --backend-store-uri {default_tracking_uri()} --host 127.0.0.1 --port 5000"
     )
     assert ui.run_url(tracker, "abc") is None
+    # Issue 33 item 1: the embedded store gets the command, then a link into the training view.
+    runs = f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs"
+    assert ui.runs_url(tracker) == f"{runs}?workflowType=machine_learning"
+    assert ui.how_to_open(tracker, ui.run_page_url(tracker, "abc")) == (
+        f"start the UI with `{ui.command(tracker)}`, then open {runs}/abc"
+        "?workflowType=machine_learning"
+    )
+    # ... and the experiment is a model-training one in MLflow's UI.
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert ui.training_experiments(tracker.tracking_uri) == {
+        EXPERIMENT: f"{tracker.tracking_uri}/#/experiments/{tracker.experiment_id}/runs"
+        "?workflowType=machine_learning"
+    }
 
 
 def test_configure_again_reuses_experiment(tracker):
@@ -99,13 +112,35 @@ def test_configure_again_reuses_experiment(tracker):
     assert configure(make_config()).experiment_id == tracker.experiment_id
 
 
+def test_an_experiment_created_before_the_kind_tag_gets_it(tracker):
+    from training.tracking.store import configure
+
+    tracker.client.delete_experiment_tag(tracker.experiment_id, "mlflow.experimentKind")
+    configure(make_config(), create=False)  # reading only changes nothing
+    assert "mlflow.experimentKind" not in tracker.client.get_experiment(tracker.experiment_id).tags
+    configure(make_config())
+    tags = tracker.client.get_experiment(tracker.experiment_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+
+
 def test_http_urls_drop_credentials():
     from training.tracking import ui
     from training.tracking.runs import Tracker
 
     remote = Tracker(None, "http://alice:s3cret@mlflow.internal:5000", "7", make_config())
     assert ui.command(remote) == "http://mlflow.internal:5000"
-    assert ui.run_url(remote, "r1") == "http://mlflow.internal:5000/#/experiments/7/runs/r1"
+    assert ui.run_url(remote, "r1") == (
+        "http://mlflow.internal:5000/#/experiments/7/runs/r1?workflowType=machine_learning"
+    )
+    assert ui.how_to_open(remote, ui.runs_url(remote)) == (
+        "http://mlflow.internal:5000/#/experiments/7/runs?workflowType=machine_learning"
+    )
+    assert ui.artifact_url(remote, "r1", "report.html") == (
+        "http://mlflow.internal:5000/#/experiments/7/runs/r1/artifactPath/report.html"
+    )
+    assert ui.model_version_url(remote, "digits", 3) == (
+        "http://mlflow.internal:5000/#/models/digits/versions/3"
+    )
 
 
 def test_unreachable_server_fails_fast(monkeypatch):
@@ -212,7 +247,9 @@ def test_parent_run_params_and_config(tracker):
     config = tracker.config
     parent = tracker.start_parent_run("flow-params", {})
     params = tracker.client.get_run(parent).data.params
-    assert params == {key: str(value) for key, value in config.flat().items()}
+    # The swept keys wait for the sweep's champion (the sweep stage logs them).
+    swept = set(config.sweep.search_space) if config.sweep.enabled else set()
+    assert params == {k: str(v) for k, v in config.flat().items() if k not in swept}
     assert len(params) > 30
 
     local = tracker.client.download_artifacts(parent, "config.yaml")
@@ -367,6 +404,9 @@ def test_close_unfinished_leaves_nothing_running(tracker):
 
 
 def test_tune_callback_one_finished_run_per_trial(tracker):
+    """Issue 33 item 2: a trial run holds the model's metrics per epoch (step = epoch), its
+    values as params, a short name and its trial id; none of Tune's or the loop's bookkeeping,
+    no Ray ``trial_name`` tag, and a mid-epoch checkpoint's report logs nothing."""
     from training.tracking.sweep_runs import tune_callback
 
     parent = tracker.start_parent_run("flow-sweep", {})
@@ -377,28 +417,52 @@ def test_tune_callback_one_finished_run_per_trial(tracker):
 
     class FakeTrial:  # what the callback reads from a Tune Trial
         def __init__(self, trial_id, lr):
-            self.trial_id, self.config = trial_id, {"train.lr": lr}
+            self.trial_id = trial_id
+            self.config = {"train.lr": lr, "model.hidden_sizes": [128, 64]}
 
         def __str__(self):
-            return f"trial_{self.trial_id}"
+            return f"_function_trial_{self.trial_id}"
 
     callback.setup()
-    trials = [FakeTrial("a", 0.01), FakeTrial("b", 0.02)]
+    trials = [FakeTrial("898e2_00000", 0.01), FakeTrial("898e2_00001", 0.02)]
+    bookkeeping = {
+        "training_iteration": 1,
+        "time_this_iter_s": 0.4,
+        "time_total_s": 1.2,
+        "timestamp": 1700000000,
+        "done": False,
+        "pid": 4242,
+        "workers": 1.0,
+        "lr": 0.01,
+        "iterations_since_restore": 1,
+        "config/train.lr": 0.01,
+    }
     for trial in trials:
         callback.log_trial_start(trial)
-        for epoch in (1, 2):
-            metrics = {"val_accuracy": 0.5 * epoch, "training_iteration": epoch}
-            callback.log_trial_result(epoch, trial, metrics)
+        for iteration, epoch in ((1, 1), (2, None), (3, 2)):
+            result = {**bookkeeping, "training_iteration": iteration}
+            if epoch is None:  # a mid-epoch checkpoint: worst score, no epoch done
+                result.update({"epoch_in_progress": 2, "batch": 5, "val_accuracy": -1e9})
+            else:
+                result.update({"epoch": epoch, "train_loss": 1.0 / epoch})
+                result["val_accuracy"] = 0.5 * epoch
+            callback.log_trial_result(iteration, trial, result)
         callback.log_trial_end(trial)
 
     runs = tracker.find_runs(sweep)
-    assert sorted(run.info.run_name for run in runs) == ["trial_a", "trial_b"]
+    assert sorted(run.info.run_name for run in runs) == ["trial 00", "trial 01"]
     for run in runs:
         assert run.info.status == "FINISHED"
         assert run.data.tags["trainflow.stage"] == "trial"
         assert run.data.tags["trainflow.run_id"] == "flow-sweep"
+        assert run.data.tags["trainflow.trial_id"] in {"898e2_00000", "898e2_00001"}
+        assert "trial_name" not in run.data.tags
+        assert set(run.data.metrics) == {"train_loss", "val_accuracy"}
         assert run.data.metrics["val_accuracy"] == 1.0
+        history = tracker.client.get_metric_history(run.info.run_id, "val_accuracy")
+        assert [(m.step, m.value) for m in history] == [(1, 0.5), (2, 1.0)]
         assert run.data.params["train.lr"] in {"0.01", "0.02"}
+        assert run.data.params["model.hidden_sizes"] == "[128, 64]"
     tracker.close_unfinished(parent, "KILLED")
 
 
@@ -588,3 +652,49 @@ def test_a_slow_server_gets_one_create_run_not_a_retried_duplicate(monkeypatch):
         server.server_close()
     assert run.info.run_id == "run1"
     assert creates == ["/api/2.0/mlflow/runs/create"]
+
+
+def test_parent_run_leaves_swept_keys_for_the_champion_and_passes_its_source_down(home):
+    """Issue 33 item 4: the parent run's params are the champion's (a default logged first
+    could never change), and Source / Created by reach every child run."""
+    from training.stages.sweep import champion_params
+    from training.tracking.store import configure
+
+    config = make_config().with_overrides({"sweep.enabled": True})
+    own = configure(config)
+    source = {"mlflow.source.name": "trainflow run", "mlflow.user": "ada"}
+    parent = own.start_parent_run("flow-champion", source)
+    params = own.client.get_run(parent).data.params
+    swept = set(config.sweep.search_space)
+    assert swept and not swept & set(params)
+    assert params["train.max_epochs"] == str(config.train.max_epochs)
+    chosen = champion_params(config, {"train.lr": 0.0042, "train.batch_size": 32})
+    assert chosen["train.lr"] == 0.0042 and chosen["train.batch_size"] == 32
+    assert set(chosen) == swept
+    child = own.start_child_run(parent, "train", "train")
+    tags = own.client.get_run(child).data.tags
+    assert tags["mlflow.source.name"] == "trainflow run" and tags["mlflow.user"] == "ada"
+    assert tags["trainflow.run_id"] == "flow-champion"
+    own.close_unfinished(parent, "KILLED")
+
+
+def test_run_tree_links_open_the_training_view(tracker):
+    from training.tracking import ui
+
+    parent = tracker.start_parent_run("flow-links", {})
+    sweep = tracker.start_child_run(parent, "sweep", "sweep")
+    trial = tracker.start_child_run(sweep, "trial 00", "trial")
+    tracker.set_tags(sweep, {"best_trial_run_id": trial, "best_trial_name": "trial 00 · lr=0.1"})
+    train = tracker.start_child_run(parent, "train", "train")
+    evaluate = tracker.start_child_run(parent, "evaluate", "evaluate")
+    links = ui.run_tree_links(tracker, parent, "digits", "3")
+    base = f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs"
+    view = "?workflowType=machine_learning"
+    assert links == {
+        "the pipeline's runs": f"{base}{view}",
+        "best trial (trial 00 · lr=0.1)": f"{base}/{trial}{view}",
+        "train run": f"{base}/{train}{view}",
+        "evaluate run": f"{base}/{evaluate}{view}",
+        "model digits version 3": "http://127.0.0.1:5000/#/models/digits/versions/3",
+    }
+    tracker.close_unfinished(parent, "KILLED")

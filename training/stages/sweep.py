@@ -3,6 +3,7 @@ run named and tagged with how it ended."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from typing import Any
 
@@ -25,6 +26,7 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
     sweep_run = tracker.start_child_run(parent_run, "sweep", stage="sweep")
     lineage.log_datasets(tracker, sweep_run, manifest, ["train", "val"])
     tracker.log_params(sweep_run, _settings(config, manifest))
+    tracker.log_dict(sweep_run, search_space(config), "search_space.json")
     outcome = run_sweep(
         config,
         manifest,
@@ -50,11 +52,30 @@ def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         },
     )
     tracker.log_dict(sweep_run, outcome.to_dict(), "sweep_summary.json")
+    _record_on_parent(tracker, parent_run, config, outcome)
     with tempfile.TemporaryDirectory() as tmp:
         for path in sweep_plots(outcome, config.sweep.asha, tmp).values():
             tracker.log_artifact(sweep_run, path, "plots")
     tracker.end_run(sweep_run)
     return outcome
+
+
+def champion_params(config: PipelineConfig, best_params: dict[str, Any]) -> dict[str, Any]:
+    """The swept keys' values the final training runs with (the flat keys the parent run left
+    for the sweep; see Tracker.start_parent_run)."""
+    best = config.with_overrides(best_params).flat()
+    return {key: best[key] for key in config.sweep.search_space if key in best}
+
+
+def _record_on_parent(
+    tracker: Tracker, parent_run: str, config: PipelineConfig, outcome: SweepOutcome
+) -> None:
+    """The parent run gets the champion's values of the swept keys and the space they came
+    from; a re-run of the same pipeline run keeps those it already has (params are final)."""
+    logged = tracker.client.get_run(parent_run).data.params
+    chosen = champion_params(config, outcome.best_params)
+    tracker.log_params(parent_run, {k: v for k, v in chosen.items() if k not in logged})
+    tracker.log_dict(parent_run, search_space(config), "search_space.json")
 
 
 def _settings(config: PipelineConfig, manifest: Manifest) -> dict[str, Any]:
@@ -69,7 +90,22 @@ def _settings(config: PipelineConfig, manifest: Manifest) -> dict[str, Any]:
         "asha.max_t": config.sweep.asha.max_t,
         "asha.grace_period": config.sweep.asha.grace_period,
         "asha.reduction_factor": config.sweep.asha.reduction_factor,
-        "search_space": config.sweep.model_dump(mode="json")["search_space"],
+        **search_space_params(config),
+    }
+
+
+def search_space(config: PipelineConfig) -> dict[str, Any]:
+    """The swept keys and their domains, without the fields a domain leaves unset."""
+    space = config.sweep.model_dump(mode="json", exclude_none=True)["search_space"]
+    return {key: domain for key, domain in space.items() if domain is not None}
+
+
+def search_space_params(config: PipelineConfig) -> dict[str, str]:
+    """One param per swept key (``search_space.train.lr`` = ``{"type": "loguniform", ...}``):
+    readable JSON in the params table; the whole space is the ``search_space.json`` artifact."""
+    return {
+        f"search_space.{key}": json.dumps(domain, sort_keys=True)
+        for key, domain in search_space(config).items()
     }
 
 
@@ -84,7 +120,7 @@ def _counts(outcome: SweepOutcome, saving: float | None) -> dict[str, Any]:
         "trials_errored": statuses.count("errored"),
         "epochs_spent": outcome.epochs_spent,
         "epochs_budget": outcome.epochs_budget,
-        "epochs_saved_fraction": saving,
+        "epochs_saved_fraction": round(saving, 4) if saving is not None else None,
     }
 
 
@@ -122,6 +158,16 @@ def _fate_tags(outcome: SweepOutcome, trial, row: TrialRow | None) -> dict[str, 
     return tags
 
 
+def _trial_of(run, by_id: dict[str, Any]) -> Any:
+    """The trial a run belongs to: its trial-id tag (Ray's own ``trial_name`` tag on runs
+    logged before it)."""
+    trial_id = run.data.tags.get(sweep_runs.TRIAL_ID_TAG)
+    if trial_id:
+        return by_id.get(trial_id)
+    trial_name = run.data.tags.get("trial_name", "")
+    return next((t for i, t in by_id.items() if trial_name and trial_name.endswith(i)), None)
+
+
 def _tag_trial_fates(
     tracker: Tracker, sweep_run: str, outcome: SweepOutcome, rows: dict[str, TrialRow]
 ) -> dict[str, str]:
@@ -132,8 +178,7 @@ def _tag_trial_fates(
     for run in tracker.find_runs(sweep_run):
         if run.info.status == "KILLED":  # a killed process's attempt; Tune restarted the trial
             continue
-        trial_name = run.data.tags.get("trial_name", "")
-        trial = next((t for i, t in by_id.items() if trial_name.endswith(i)), None)
+        trial = _trial_of(run, by_id)
         if trial is None:
             continue
         row = rows.get(trial.trial_id)

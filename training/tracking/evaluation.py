@@ -13,6 +13,7 @@ mean_absolute_error, r2_score, ...).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any
@@ -23,6 +24,13 @@ from training.tracking.runs import Tracker
 from training.tracking.store import global_uris
 
 log = logging.getLogger(__name__)
+
+# MLflow's evaluator metrics that repeat trainflow's own under another name (its accuracy is
+# test_accuracy, its regression errors test_rmse / test_mae / test_r2): one copy of each, ours,
+# which the gate, the registry's tags and the report read.
+DUPLICATE_METRICS = frozenset(
+    {"accuracy_score", "root_mean_squared_error", "mean_absolute_error", "r2_score"}
+)
 
 TARGET = "target"
 PREDICTED = "prediction"
@@ -71,6 +79,33 @@ def _curves(labels: np.ndarray, probs: np.ndarray, classes: list[Any]):
     return roc_and_pr_curves
 
 
+@contextlib.contextmanager
+def one_copy_each():
+    """MLflow's evaluator without what trainflow's evaluate run already has: the metrics in
+    :data:`DUPLICATE_METRICS` and a root-level confusion_matrix.png beside
+    plots/confusion_matrix.png. MLflow has no switch for either; its two logging steps are
+    wrapped for the duration (tests/unit/test_evaluation_curves.py pins that they exist)."""
+    from mlflow.models.evaluation.default_evaluator import BuiltInEvaluator
+    from mlflow.models.evaluation.evaluators.classifier import ClassifierEvaluator
+
+    log_metrics = BuiltInEvaluator.log_metrics
+    log_confusion_matrix = ClassifierEvaluator._log_confusion_matrix
+
+    def log_our_missing_metrics(self) -> None:
+        # log_metrics rebuilds aggregate_metrics from metrics_values
+        for key in DUPLICATE_METRICS:
+            self.metrics_values.pop(key, None)
+        log_metrics(self)
+
+    BuiltInEvaluator.log_metrics = log_our_missing_metrics
+    ClassifierEvaluator._log_confusion_matrix = lambda self: None
+    try:
+        yield
+    finally:
+        BuiltInEvaluator.log_metrics = log_metrics
+        ClassifierEvaluator._log_confusion_matrix = log_confusion_matrix
+
+
 def evaluate_predictions(
     tracker: Tracker,
     run_id: str,
@@ -96,7 +131,7 @@ def evaluate_predictions(
         kind = {"model_type": "regressor", "evaluator_config": {"log_explainer": False}}
     was_running = tracker.client.get_run(run_id).info.status == "RUNNING"
     try:
-        with global_uris(tracker.tracking_uri), mlflow.start_run(run_id=run_id):
+        with global_uris(tracker.tracking_uri), one_copy_each(), mlflow.start_run(run_id=run_id):
             result = mlflow.models.evaluate(
                 data=frame, targets=TARGET, predictions=PREDICTED, evaluators="default", **kind
             )

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 RUN_ID_TAG = "trainflow.run_id"
 STAGE_TAG = "trainflow.stage"
 PARENT_TAG = "mlflow.parentRunId"
+# What MLflow's UI shows as "Source" and "Created by"; set on the parent, passed down the tree.
+SOURCE_TAGS = ("mlflow.source.name", "mlflow.source.type", "mlflow.user")
 
 # MLflow's limits (mlflow/utils/validation.py).
 MAX_PARAM_VAL_LENGTH = 6000
@@ -49,6 +51,11 @@ def filter_literal(value: str) -> str:
 def tag_values(tags: dict[str, Any]) -> dict[str, str]:
     """Tags as MLflow stores them: strings, URIs redacted, cut to MLflow's length limit."""
     return {str(k): redact(str(v))[:MAX_TAG_VAL_LENGTH] for k, v in tags.items()}
+
+
+def inherited_tags(parent_tags: dict[str, str]) -> dict[str, str]:
+    """What a child run takes from its parent: the pipeline run's id, its source and user."""
+    return {key: parent_tags[key] for key in (RUN_ID_TAG, *SOURCE_TAGS) if key in parent_tags}
 
 
 def _chunks(items: list, size: int) -> Iterator[list]:
@@ -127,7 +134,10 @@ class Tracker:
             self.experiment_id, run_name=f"pipeline-{run_id}", tags=tag_values(all_tags)
         )
         parent = run.info.run_id
-        self.log_params(parent, self.config.flat())
+        # A swept key's value is known after the sweep (which logs the champion's); MLflow
+        # params cannot change, so the default is not logged first.
+        swept = set(self.config.sweep.search_space) if self.config.sweep.enabled else set()
+        self.log_params(parent, {k: v for k, v in self.config.flat().items() if k not in swept})
         resolved = redact_tree(self.config.model_dump(mode="json"))
         self.log_text(parent, yaml.safe_dump(resolved, sort_keys=False), "config.yaml")
         return parent
@@ -143,9 +153,12 @@ class Tracker:
         if found:
             return self._resume(found[0], tags)
         parent_tags = self.client.get_run(parent_id).data.tags
-        all_tags = {**(tags or {}), PARENT_TAG: parent_id, STAGE_TAG: stage}
-        if RUN_ID_TAG in parent_tags:
-            all_tags.setdefault(RUN_ID_TAG, parent_tags[RUN_ID_TAG])
+        all_tags = {
+            **inherited_tags(parent_tags),
+            **(tags or {}),
+            PARENT_TAG: parent_id,
+            STAGE_TAG: stage,
+        }
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tag_values(all_tags))
         return run.info.run_id
 

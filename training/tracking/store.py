@@ -163,6 +163,11 @@ def _default_experiment_in(db: Path):
     return fix_up
 
 
+# MLflow's experiment kind (its UI reads this tag): model training, not GenAI development.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING_KIND = "custom_model_development"
+
+
 def _experiment_id(client, uri: str, config: PipelineConfig, create: bool) -> str:
     """The id of the experiment named in the config, created first if missing (and allowed)."""
     from mlflow.exceptions import MlflowException
@@ -179,7 +184,9 @@ def _experiment_id(client, uri: str, config: PipelineConfig, create: bool) -> st
     if experiment is None:
         location = artifact_location(uri, name, config.storage.root)
         try:
-            return client.create_experiment(name, artifact_location=location)
+            return client.create_experiment(
+                name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND}
+            )
         except MlflowException as exc:  # created meanwhile by another process
             experiment = client.get_experiment_by_name(name)
             if experiment is None:
@@ -190,5 +197,9 @@ def _experiment_id(client, uri: str, config: PipelineConfig, create: bool) -> st
         raise ConfigError(
             f"MLflow experiment {name!r} is deleted; restore it (`mlflow experiments restore "
             f"--experiment-id {experiment.experiment_id}`) or set mlflow.experiment to another name"
+        )
+    if create and EXPERIMENT_KIND_TAG not in experiment.tags:  # created before the tag
+        client.set_experiment_tag(
+            experiment.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
         )
     return experiment.experiment_id

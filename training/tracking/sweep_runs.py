@@ -3,31 +3,49 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import TYPE_CHECKING, Any
 
 from training.errors import TrainflowError
 from training.metrics import direction
 from training.platform.secrets import redact
-from training.tracking.runs import PARENT_TAG, RUN_ID_TAG, STAGE_TAG, Tracker, filter_literal
+from training.tracking.runs import (
+    PARENT_TAG,
+    STAGE_TAG,
+    Tracker,
+    filter_literal,
+    inherited_tags,
+)
+from training.tune.trials import trial_run_name
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-# Tune's bookkeeping in each trial result: not worth a metric on every trial run.
-TUNE_BOOKKEEPING = {
-    "timestamp",
-    "should_checkpoint",
-    "done",
-    "pid",
-    "time_since_restore",
-    "iterations_since_restore",
-    "checkpoint_dir_name",
-    "trial_id",
-    "date",
-    "hostname",
-    "node_ip",
-}
+TRIAL_ID_TAG = "trainflow.trial_id"
+
+# The model's own metrics in a trial's result (train_loss, val_loss, val_accuracy, val_rmse ...);
+# everything else there is Tune's bookkeeping (training_iteration, time_*_s, pid, timestamp, done)
+# or the loop's (epoch is the step, workers, lr is the trial's param), kept in Tune's own files:
+# as metrics they sorted ahead of val_accuracy in every compare view.
+MODEL_METRIC_PREFIXES = ("train_", "val_")
+
+
+def model_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The model's metrics in one Tune result: numbers named ``train_*`` / ``val_*``."""
+    return {
+        key: value
+        for key, value in result.items()
+        if str(key).startswith(MODEL_METRIC_PREFIXES)
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+    }
+
+
+def trial_step(result: dict[str, Any]) -> int | None:
+    """A result's step: its epoch. None for a mid-epoch checkpoint's report (no epoch done)."""
+    epoch = result.get("epoch")
+    return int(epoch) if epoch is not None else None
 
 
 def tune_callback(tracker: Tracker, sweep_run_id: str):
@@ -35,23 +53,31 @@ def tune_callback(tracker: Tracker, sweep_run_id: str):
     FINISHED (or FAILED) with the trial."""
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
-    tags = {PARENT_TAG: sweep_run_id, STAGE_TAG: "trial"}
-    run_tag = tracker.client.get_run(sweep_run_id).data.tags.get(RUN_ID_TAG)
-    if run_tag:
-        tags[RUN_ID_TAG] = run_tag
+    sweep_tags = tracker.client.get_run(sweep_run_id).data.tags
+    tags = {**inherited_tags(sweep_tags), PARENT_TAG: sweep_run_id, STAGE_TAG: "trial"}
 
     class TrialMetricsCallback(MLflowLoggerCallback):
-        """Logs the loop's metrics (train_loss, val_loss, val_accuracy, ...) with
-        step=training_iteration, without Tune's bookkeeping (pid, timestamp, done,
-        config/...), so the compare view lists what matters."""
+        """One run per trial: named "trial NN" (the sweep stage renames it with its values once
+        the sweep is over), tagged with the trial's id, its sampled values as params, and the
+        model's metrics per epoch (step = epoch)."""
+
+        def log_trial_start(self, trial) -> None:
+            if trial not in self._trial_runs:
+                run = self.mlflow_util.start_run(
+                    tags={**self.tags, TRIAL_ID_TAG: trial.trial_id},
+                    run_name=trial_run_name(trial.trial_id, {}),
+                )
+                self._trial_runs[trial] = run.info.run_id
+            params = {key: _param_value(value) for key, value in trial.config.items()}
+            self.mlflow_util.log_params(run_id=self._trial_runs[trial], params_to_log=params)
 
         def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-            kept = {
-                key: value
-                for key, value in result.items()
-                if key not in TUNE_BOOKKEEPING and not str(key).startswith("config")
-            }
-            super().log_trial_result(iteration, trial, kept)
+            step, metrics = trial_step(result), model_metrics(result)
+            if step is None or not metrics:
+                return
+            self.mlflow_util.log_metrics(
+                run_id=self._trial_runs[trial], metrics_to_log=metrics, step=step
+            )
 
     return TrialMetricsCallback(
         tracking_uri=tracker.tracking_uri,
@@ -59,6 +85,11 @@ def tune_callback(tracker: Tracker, sweep_run_id: str):
         tags=tags,
         save_artifact=False,
     )
+
+
+def _param_value(value: Any) -> Any:
+    """A sampled value as a param: lists as JSON ([128, 64]), numbers and strings as they are."""
+    return json.dumps(value) if isinstance(value, list | tuple | dict) else value
 
 
 def recent_pipeline_runs(tracker: Tracker, limit: int = 5) -> list[dict[str, Any]]:
@@ -100,7 +131,7 @@ def sweep_trials(tracker: Tracker, run_id: str | None = None) -> dict[str, Any]:
                 "run_id": run.info.run_id,
                 "name": run.info.run_name,
                 "status": run.info.status,
-                "trial_id": tags.get("trainflow.trial_id") or tags.get("trial_name", ""),
+                "trial_id": tags.get(TRIAL_ID_TAG) or tags.get("trial_name", ""),
                 "params": dict(run.data.params),
                 "metrics": dict(run.data.metrics),
                 "best_value": (max if mode == "max" else min)(values) if values else None,
