@@ -19,6 +19,7 @@ The browser tests skip only where /usr/bin/chromium is missing and $CI is unset;
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
