@@ -423,8 +423,14 @@ def test_mlflow_models_serve_answers_like_the_in_process_pyfunc(home, champion_r
         bad = json.loads(batch.drop(columns=["pixel_07"]).to_json(orient="split", index=False))
         status, body = served.invoke({"dataframe_split": bad})
         assert status == 400 and "pixel_07" in body["message"], body
-        nan = batch.head(2).assign(pixel_05=None)
-        status, body = served.invoke({"dataframe_records": nan.to_dict(orient="records")})
+        # A gap is data (data.missing: impute): filled with the train median, as in-process.
+        gap = batch.head(2).assign(pixel_05=None)
+        status, body = served.invoke({"dataframe_records": gap.to_dict(orient="records")})
+        assert status == 200, body
+        filled = model.predict(gap)
+        assert [r["prediction"] for r in body["predictions"]] == filled["prediction"].tolist()
+        text = batch.head(2).assign(pixel_05="dark")
+        status, body = served.invoke({"dataframe_records": text.to_dict(orient="records")})
         assert status == 400 and "pixel_05" in body["message"], body
     finally:
         served.stop()

@@ -115,6 +115,7 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
     total_rows: int | None = 0
     first_label: tuple[str, pa.DataType] | None = None
     roles: dict[str, str] = {}
+    first_file = ""  # the file whose schema gave the roles
     ignored: dict[str, str] = {}
     for file in files:
         schema, rows = _file_schema(file, fmt, endpoint_url)
@@ -130,6 +131,8 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
         if not roles:
             roles, ignored = table_roles(file, schema, data, fmt, endpoint_url, features)
             features = [c for c, r in roles.items() if r == "numeric"]
+            first_file = file
+        _numbers_everywhere(file, schema, features, first_file)
         width = len(features)
     if total_rows == 0:
         raise DataValidationError(
@@ -139,6 +142,21 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
     if width is not None:
         check_image_shape(data.image_shape, width)
     return Plan(fmt, data.label_column, features, data.image_column, roles, ignored)
+
+
+def _numbers_everywhere(file: str, schema: pa.Schema, numeric: list[str], first_file: str) -> None:
+    """A column that is numeric in the first file is numeric in every file: a text copy of it
+    in one file would otherwise fail deep inside Ray Data with no file named."""
+    bad = {
+        c: str(schema.field(c).type)
+        for c in numeric
+        if not is_numeric(schema.field(c).type) and not pa.types.is_null(schema.field(c).type)
+    }
+    if bad:
+        raise DataValidationError(
+            f"column(s) {sorted(bad)[:10]} hold numbers in {first_file} but {bad} in {file}; "
+            f"{FIX_FILE}"
+        )
 
 
 def _same_label_kind(
