@@ -31,10 +31,11 @@ class DataConfig(Section):
 
     source: str = Field(
         BUILTIN_DIGITS,
-        description="builtin:digits|diabetes|penguins, or a parquet/CSV file or directory (local or s3://)",
+        description="builtin:digits|diabetes|penguins, or a parquet, CSV or JSON-lines file or "
+        "directory (local or s3://)",
     )
-    format: Literal["auto", "parquet", "csv"] = Field(
-        "auto", description="file format; auto infers it from the suffix"
+    format: Literal["auto", "parquet", "csv", "json"] = Field(
+        "auto", description="file format (json: JSON lines); auto infers it from the suffix"
     )
     label_column: str = Field("label", min_length=1, description="the column to predict")
     feature_columns: list[str] | None = Field(

@@ -103,16 +103,11 @@ def _check_declared(
 
 def first_value(file: str, column: str, fmt: str, endpoint_url: str | None) -> Any:
     """The first non-empty value of a column (for an error message), or None."""
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
+    from training.data.formats import iter_batches
     from training.storage import filesystem
 
     fs, path = filesystem(file, endpoint_url)
-    if fmt == "parquet":
-        batches = pq.ParquetFile(path, filesystem=fs).iter_batches(columns=[column])
-    else:
-        batches = pacsv.open_csv(fs.open_input_stream(path))
+    batches = iter_batches(fs, path, fmt, [column])
     for batch in batches:
         values = [v for v in batch.column(batch.schema.get_field_index(column)).to_pylist() if v]
         if values:
