@@ -55,7 +55,7 @@ def _fit(frame: pd.DataFrame, tmp_path, **data):
     return feature_spec(stats, config, plan, classes, task), batch
 
 
-def test_roles_are_inferred_and_ids_and_free_text_left_out(tmp_path):
+def test_roles_are_inferred_ids_left_out_and_free_text_hashed(tmp_path):
     spec, _ = _fit(_table(), tmp_path)
     assert spec.column_roles == {
         "size": "numeric",
@@ -64,6 +64,7 @@ def test_roles_are_inferred_and_ids_and_free_text_left_out(tmp_path):
         "order_id": "id-like",
         "note": "text",
     }
+    assert spec.text_columns == ["note"] and spec.text_features == 4096
 
 
 def test_a_declared_role_wins(tmp_path):
@@ -98,7 +99,8 @@ def test_datetimes_become_year_and_cycles(tmp_path):
     spec, batch = _fit(_table(), tmp_path)
     assert spec.datetime_columns == ["when"]
     out = transform_batch(batch, spec, with_labels=False)["features"]
-    month = out[:, -6:-4]  # sin, cos of the month
+    year = len(spec.mean) - 7 - spec.text_features * len(spec.text_columns)
+    month = out[:, year + 1 : year + 3]  # sin, cos of the month
     np.testing.assert_allclose((month**2).sum(axis=1), 1.0, rtol=1e-5)
     assert out.shape[1] == len(spec.mean) == len(spec.cardinalities)
 

@@ -40,10 +40,17 @@ class DataConfig(Section):
     feature_columns: list[str] | None = Field(
         None, description="feature columns; default: every other column, by its inferred role"
     )
-    columns: dict[str, Literal["numeric", "categorical", "datetime", "ignore"]] = Field(
+    columns: dict[str, Literal["numeric", "categorical", "datetime", "text", "ignore"]] = Field(
         default_factory=dict,
         description="a column's role where inference should not decide (e.g. an int code as "
-        "categorical, a text column as datetime, a column to leave out)",
+        "categorical, a text column as datetime, short strings as free text, a column to leave "
+        "out)",
+    )
+    text_features: int = Field(
+        4096,
+        ge=16,
+        le=2**20,
+        description="hashed n-gram buckets per free-text column (model.kind mlp or custom)",
     )
     missing: Literal["impute", "error"] = Field(
         "impute",
