@@ -88,14 +88,14 @@ def _check_declared(
     """A declared role the column's type can hold: numbers for numeric, text or dates for
     datetime, strings for text (a parquet file's text is read and checked per value later)."""
     found = type_role(dtype)
-    if role == "text" and not (pa.types.is_string(dtype) or pa.types.is_large_string(dtype)):
-        if not pa.types.is_null(dtype):
-            example = first_value(file, column, fmt, endpoint_url)
-            raise DataValidationError(
-                f"column {column!r} is declared text but holds {dtype} values in {file} (e.g. "
-                f"{example!r}); a text column holds strings: declare it numeric or "
-                "categorical in data.columns"
-            )
+    strings = pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
+    if role == "text" and not strings and not pa.types.is_null(dtype):
+        example = first_value(file, column, fmt, endpoint_url)
+        raise DataValidationError(
+            f"column {column!r} is declared text but holds {dtype} values in {file} (e.g. "
+            f"{example!r}); a text column holds strings: declare it numeric or categorical "
+            "in data.columns"
+        )
     if role == "numeric" and found != "numeric" and not pa.types.is_boolean(dtype):
         example = first_value(file, column, fmt, endpoint_url)
         raise DataValidationError(
