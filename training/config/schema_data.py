@@ -31,7 +31,8 @@ class DataConfig(Section):
 
     source: str = Field(
         BUILTIN_DIGITS,
-        description="builtin:digits|diabetes|penguins, or a parquet/CSV file or directory (local or s3://)",
+        description="builtin:digits|diabetes|penguins|bbc_news, or a parquet/CSV file or directory "
+        "(local or s3://)",
     )
     format: Literal["auto", "parquet", "csv"] = Field(
         "auto", description="file format; auto infers it from the suffix"
