@@ -73,6 +73,18 @@ def test_a_declared_role_wins(tmp_path):
     assert spec.column_roles["note"] == "categorical"
 
 
+def test_short_strings_declared_text_are_hashed_not_counted(tmp_path):
+    spec, batch = _fit(_table(), tmp_path, columns={"colour": "text"}, text_features=32)
+    assert spec.column_roles["colour"] == "text" and "colour" not in spec.categories
+    assert spec.text_columns == ["colour", "note"] and spec.text_features == 32
+    out = transform_batch(batch, spec, with_labels=False)["features"]
+    assert out.shape[1] == len(spec.mean) == len(spec.cardinalities)
+    colour = out[:, -64:-32]
+    red = (batch["colour"] == "red").to_numpy()
+    assert len({row.tobytes() for row in colour[red]}) == 1  # the same word, the same bag
+    assert not colour[batch["colour"].isna().to_numpy()].any()
+
+
 def test_gaps_get_the_train_median_and_a_flag(tmp_path):
     frame = _table()
     spec, batch = _fit(frame, tmp_path)
@@ -134,6 +146,11 @@ def test_an_all_numeric_mlp_keeps_its_state_dict_keys():
             lambda f: f.assign(note="not a date"),
             {"columns": {"note": "datetime"}},
             r"datetime column 'note' holds a value that is not a date \(e.g. 'not a date'\)",
+        ),
+        (
+            lambda f: f,
+            {"columns": {"size": "text"}},
+            r"'size' is declared text but holds double values .*\(e.g. \d+\.\d+\)",
         ),
         (lambda f: f.assign(size=np.nan), {}, r"\['size'\] are empty in every training row"),
         (lambda f: f[["order_id", "y"]], {}, "no feature column is left"),

@@ -100,7 +100,8 @@ def test_the_hashing_is_the_same_in_a_bare_process_with_another_hash_seed(tmp_pa
         from trainflow_pyfunc.text_features import hashed_block
         block = hashed_block(np.array({TEXTS!r}, dtype=object), 512)
         digest = hashlib.sha256(np.ascontiguousarray(block).tobytes()).hexdigest()
-        loaded = sorted({{m.split(".")[0] for m in sys.modules}} & {{"torch", "mlflow", "training", "ray"}})
+        heavy = {{"torch", "mlflow", "training", "ray"}}
+        loaded = sorted({{m.split(".")[0] for m in sys.modules}} & heavy)
         print(json.dumps([digest, loaded]))
     """
     env = {k: v for k, v in clean_env(PYTHONHASHSEED="12345").items() if k != "PYTHONPATH"}
