@@ -60,3 +60,16 @@ def test_the_baseline_splits_the_articles_as_trainflow_does(tmp_path):
     written = output_rows(frame, spec, data.split).to_pandas()
     np.testing.assert_array_equal(trainflow_splits(frame), written["split"].to_numpy())
     assert stats.split_rows == {s: int((written["split"] == s).sum()) for s in stats.split_rows}
+
+
+def test_make_data_kind_text_writes_the_table_and_says_how_to_train_on_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from trainflow.cli import app
+
+    out = tmp_path / "news"
+    result = CliRunner().invoke(app, ["make-data", str(out), "-k", "text", "-n", "300", "-f", "2"])
+    assert result.exit_code == 0, result.output
+    files = sorted(out.glob("part-*.parquet"))
+    assert len(files) == 2 and pq.read_schema(files[0]).names == ["text", "category"]
+    assert "data.label_column=category" in " ".join(result.output.split())

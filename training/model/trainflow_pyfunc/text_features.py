@@ -6,8 +6,9 @@ word characters, as scikit-learn's default), and counted as word unigrams and bi
 character 3- to 5-grams of each word padded with one space either side (scikit-learn's
 ``char_wb``). Within word boundaries because the word bigrams already see across words, the
 padding marks prefixes and suffixes (" un", "ing "), and the grams depend on the word alone:
-they are computed once per distinct word of a batch, not once per character of the text, which
-keeps 100k short documents to seconds.
+they are computed once per distinct word of a batch, not once per character of the text. 100k
+documents of 12 words take ~5 s on one core; 100k of ~60 words (``make-data --kind text``) ~30 s
+on this project's shared 2-core machine, most of it in the regex and the gram strings.
 
 Every gram is hashed with ``pandas.util.hash_array`` (SipHash-2-4 of the UTF-8 bytes under a
 fixed key: the same number in every process, Python version and platform, unlike Python's
@@ -122,17 +123,16 @@ def hashed_block(texts: np.ndarray, buckets: int) -> np.ndarray:
     rows, hashes = gram_hashes(texts)
     bucket = (hashes % np.uint64(buckets)).astype(np.int64)
     sign = np.where((hashes >> _SIGN_BIT) == 1, -1.0, 1.0)
-    # Summed per (row, bucket) over the grams present only: the dense block is mostly zeros.
-    cells, which = np.unique(rows * buckets + bucket, return_inverse=True)
-    counts = np.bincount(which, weights=sign)
-    magnitude = np.abs(counts)
-    values = np.sign(counts) * (1.0 + np.log(np.where(magnitude > 0, magnitude, 1.0)))
-    values[magnitude == 0] = 0.0  # grams whose signs cancelled
+    counts = np.bincount(rows * buckets + bucket, weights=sign, minlength=len(texts) * buckets)
+    # The block is mostly zeros: the log and the norms touch the non-zero cells only (a bucket
+    # whose signs cancelled stays 0).
+    cells = np.flatnonzero(counts)
+    values = counts[cells]
+    values = np.sign(values) * (1.0 + np.log(np.abs(values)))
     row_of_cell = cells // buckets
     norms = np.sqrt(np.bincount(row_of_cell, weights=values * values, minlength=len(texts)))
-    block = np.zeros((len(texts), buckets))
-    block.ravel()[cells] = values / np.where(norms > 0, norms, 1.0)[row_of_cell]
-    return block
+    counts[cells] = values / norms[row_of_cell]
+    return counts.reshape(len(texts), buckets)
 
 
 def text_width(spec: Mapping[str, Any]) -> int:
