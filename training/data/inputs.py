@@ -13,9 +13,11 @@ import pyarrow.fs as pafs
 
 from training.config import BUILTIN_DIGITS, DataConfig
 from training.data.builtin import (
+    BUILTIN_BBC_NEWS,
     BUILTIN_DIABETES,
     BUILTIN_PENGUINS,
     DIGITS32,
+    ensure_bbc_news,
     ensure_diabetes,
     ensure_digits,
     ensure_digits32,
@@ -33,6 +35,7 @@ BUILTIN = {
     DIGITS32: ensure_digits32,
     BUILTIN_DIABETES: ensure_diabetes,
     BUILTIN_PENGUINS: ensure_penguins,
+    BUILTIN_BBC_NEWS: ensure_bbc_news,
 }
 
 

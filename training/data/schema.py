@@ -65,7 +65,12 @@ def is_numeric(dtype: pa.DataType) -> bool:
 def read_types(plan: Plan) -> dict[str, pa.DataType]:
     """The fixed Arrow type of each feature column a CSV or JSON read yields: blocks (and files)
     whose inference differs (int against float) still concatenate."""
-    types = {"numeric": pa.float64(), "categorical": pa.string(), "datetime": pa.string()}
+    types = {
+        "numeric": pa.float64(),
+        "categorical": pa.string(),
+        "datetime": pa.string(),
+        "text": pa.string(),
+    }
     return {c: types[r] for c, r in plan.hash_roles.items() if r in types}
 
 
