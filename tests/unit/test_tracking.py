@@ -458,6 +458,8 @@ def test_tune_callback_one_finished_run_per_trial(tracker):
         assert run.data.tags["trainflow.trial_id"] in {"898e2_00000", "898e2_00001"}
         assert "trial_name" not in run.data.tags
         assert set(run.data.metrics) == {"train_loss", "val_accuracy"}
+        # logged first, so MLflow's compare view opens on it (the result had train_loss first)
+        assert list(run.data.metrics)[0] == "val_accuracy"
         assert run.data.metrics["val_accuracy"] == 1.0
         history = tracker.client.get_metric_history(run.info.run_id, "val_accuracy")
         assert [(m.step, m.value) for m in history] == [(1, 0.5), (2, 1.0)]
