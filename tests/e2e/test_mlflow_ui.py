@@ -436,6 +436,7 @@ def test_the_logged_model_carries_its_evidence(client, server, runs, pipeline):
     assert "model_code_path: trainflow_model.py" in text
     assert "/tmp" not in text.replace(model.artifact_location, "")
     version = client.get_model_version(MODEL, pipeline["model"]["version"])
+    assert model.tags["mlflow.note.content"] == version.description  # the model page's too
     for label in ("train run", "evaluate run", "pipeline run"):
         assert re.search(
             rf"\[{label}\]\(http://127\.0\.0\.1:\d+/#/experiments/", version.description
@@ -461,4 +462,6 @@ def test_the_logged_model_page_shows_metrics_and_datasets(page, server, pipeline
     folded = re.search(r"^\+(\d+)$", datasets, re.MULTILINE)
     assert shown and len(shown) + (int(folded.group(1)) if folded else 0) == 3, datasets
     assert "evaluate" in text  # among the model's runs
+    assert "gate on test_accuracy" in text  # its description, with links to its runs
+    page.get_by_role("link", name="evaluate run").first.wait_for()
     _shot(page, "10-logged-model.png")

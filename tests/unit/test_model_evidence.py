@@ -81,7 +81,12 @@ def test_the_runs_histories_are_unchanged_and_evaluate_takes_the_model(logged):
     assert [m.model_id for m in inputs] == [logged["version"].model_id]
 
 
-def test_the_model_is_named_after_the_registered_model(logged):
-    model = logged["tracker"].client.get_logged_model(logged["version"].model_id)
+def test_the_model_is_named_after_the_registered_model_and_described(logged):
+    from training.tracking.model_evidence import describe
+
+    tracker, model_id = logged["tracker"], logged["version"].model_id
+    describe(tracker, model_id, "chosen as ...\n\n- [train run](http://x/#/runs/1)")
+    model = tracker.client.get_logged_model(model_id)
     assert model.name == "evidence-model"
     assert model.source_run_id == logged["train"]
+    assert model.tags["mlflow.note.content"].endswith("[train run](http://x/#/runs/1)")

@@ -58,13 +58,9 @@ def promote(
                 **{k: f"{v:.6g}" for k, v in metrics.items()},
             },
         )
+    epoch = trained.outcome.checkpoint_metrics.get("epoch") if trained.outcome else None
     model_evidence.link_evidence(
-        tracker,
-        version.model_id,
-        manifest,
-        trained.run_id,
-        trained.outcome.checkpoint_metrics.get("epoch") if trained.outcome else None,
-        evaluated.run_id,
+        tracker, version.model_id, manifest, trained.run_id, epoch, evaluated.run_id
     )
     registry.describe_model(tracker, page)
     same_rows = SameRows(config, version.name, evaluated)
@@ -72,13 +68,13 @@ def promote(
     record = gate["record"]
     if record is not None:
         log_decision(tracker, parent_run, record, *same_rows.logged())
-    registry.describe_model(
-        tracker,
+    described = (
         f"{description}; gate on {metric}: {gate['decision']} "
         f"({_gate_text(gate, metrics[metric])}; pipeline run {parent_run})"
-        f"{_run_links(tracker, parent_run, version)}",
-        version=version.version,
+        f"{_run_links(tracker, parent_run, version)}"
     )
+    registry.describe_model(tracker, described, version=version.version)
+    model_evidence.describe(tracker, version.model_id, described)
     tracker.set_tags(parent_run, {"model_version": version.version, "gate": gate["decision"]})
     progress.report(
         "promote",

@@ -6,7 +6,7 @@ at the checkpoint's epoch to the validation and training splits; and the evaluat
 model as its input. The points are those the runs already hold, logged again with the model's
 id and the dataset: MLflow keeps one copy of a point that is logged twice (its own
 ``log_model`` links the source run's metrics the same way), so the runs' histories stay as
-they were.
+they were. The model's description is its registered version's (with links to its runs).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from training.manifest import Manifest
 from training.tracking import lineage
 from training.tracking.runs import MAX_METRICS_PER_BATCH, Tracker
 
+#: The tag MLflow's UI shows as a logged model's (or a run's) description.
+DESCRIPTION_TAG = "mlflow.note.content"
 #: A training run's metrics by the split they were measured on; others (lr, workers) are not
 #: evidence about the model.
 SPLIT_OF_PREFIX = {"train_": "train", "val_": "val"}
@@ -86,3 +88,8 @@ def link_evidence(
     if eval_run:
         tracker.client.log_inputs(eval_run, models=[LoggedModelInput(model_id)])
         link_run_metrics(tracker, eval_run, model_id, manifest, lambda key: "test")
+
+
+def describe(tracker: Tracker, model_id: str, text: str) -> None:
+    """The logged model's description on its page (Markdown, as the version's)."""
+    tracker.client.set_logged_model_tags(model_id, {DESCRIPTION_TAG: text})
