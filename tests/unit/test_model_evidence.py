@@ -48,6 +48,7 @@ def logged(tmp_path_factory):
     version = log_model(tracker, train, str(home / "state.pt"), raw_rows(), "evidence")
     manifest = SimpleNamespace(source=SOURCE, fingerprint=FINGERPRINT)
     link_evidence(tracker, version.model_id, manifest, train, 1, evaluate)
+    link_evidence(tracker, version.model_id, manifest, train, 1, evaluate)  # a retried promote
     return {"tracker": tracker, "version": version, "train": train, "evaluate": evaluate}
 
 
@@ -60,6 +61,8 @@ def _model_metrics(logged) -> dict[str, tuple]:
 
 def test_the_model_holds_its_test_and_training_metrics_by_dataset(logged):
     train, evaluate = logged["train"], logged["evaluate"]
+    model = logged["tracker"].client.get_logged_model(logged["version"].model_id)
+    assert len(model.metrics) == 5  # once each, though linked twice
     assert _model_metrics(logged) == {
         "test_accuracy": (0.75, 0, f"{SOURCE} [test]", FINGERPRINT, evaluate),
         "f1_score": (0.74, 0, f"{SOURCE} [test]", FINGERPRINT, evaluate),

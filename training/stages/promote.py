@@ -71,7 +71,7 @@ def promote(
     described = (
         f"{description}; gate on {metric}: {gate['decision']} "
         f"({_gate_text(gate, metrics[metric])}; pipeline run {parent_run})"
-        f"{_run_links(tracker, parent_run, version)}"
+        f"{_run_links(tracker, parent_run)}"
     )
     registry.describe_model(tracker, described, version=version.version)
     model_evidence.describe(tracker, version.model_id, described)
@@ -105,7 +105,7 @@ def _outcome(version: flavour.RegisteredVersion, gate: dict) -> ModelSummary:
     )
 
 
-def _run_links(tracker, parent_run: str, version: flavour.RegisteredVersion) -> str:
+def _run_links(tracker, parent_run: str) -> str:
     """The version's runs as Markdown links (the UI renders the description as Markdown)."""
     links = ui.run_tree_links(tracker, parent_run)
     links["pipeline run"] = ui.run_page_url(tracker, parent_run)
