@@ -25,7 +25,7 @@ from training.errors import DataValidationError, ModelNotFoundError, one_line
 from training.model import trainflow_pyfunc
 from training.model.trainflow_pyfunc.model import PREDICTION, STATE_ARTIFACT, class_columns
 from training.platform.secrets import redact
-from training.tracking import registry, ui
+from training.tracking import model_files, registry, ui
 from training.tracking.runs import Tracker, tag_values
 from training.tracking.signature import EXAMPLE_ROWS, input_example, signature
 from training.tracking.store import global_uris
@@ -79,6 +79,11 @@ class RegisteredVersion:
     source_run_id: str
     state_file: str  # the state file inside the model
 
+    @property
+    def model_id(self) -> str:
+        """The logged model's id (``m-...``)."""
+        return self.logged_model_uri.removeprefix("models:/")
+
 
 @dataclass(frozen=True)
 class PackedModel:
@@ -129,13 +134,12 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
 
 def save_model(state: dict[str, Any], path: str, raw_rows: pd.DataFrame | None = None) -> str:
     """Save a trainflow state (weights, spec, model config) as a model directory."""
-    import mlflow.pyfunc
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
         state_path = os.path.join(tmp, "state.pt")
         torch.save({k: v for k, v in state.items() if k != "optimizer"}, state_path)
-        mlflow.pyfunc.save_model(path, **model_kwargs(state_path, state["spec"], raw_rows, tmp))
+        model_files.save_model(path, **model_kwargs(state_path, state["spec"], raw_rows, tmp))
     return path
 
 
@@ -156,7 +160,6 @@ def log_model(
     ``run_id`` (a retried task) is returned instead of registering a duplicate.
     """
     import mlflow
-    import mlflow.pyfunc
     import torch
 
     name = registered_model_name(tracker.config)
@@ -176,9 +179,8 @@ def log_model(
                 global_uris(tracker.tracking_uri),
                 mlflow.start_run(run_id=run_id),
             ):
-                info = mlflow.pyfunc.log_model(
-                    name="model", **model_kwargs(state_path, spec, raw_rows, tmp)
-                )
+                # Named after the registered model: the MLflow UI lists logged models by name.
+                info = model_files.log_model(name, **model_kwargs(state_path, spec, raw_rows, tmp))
         finally:
             if was_running:  # leaving the `with` ended the run; ending it is the caller's job
                 tracker.client.update_run(run_id, status="RUNNING")
