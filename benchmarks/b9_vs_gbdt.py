@@ -93,30 +93,7 @@ def _manifest(home: Path, fingerprint: str):
     found = sorted(home.rglob(f"{fingerprint}/manifest.json"))
     if not found:
         raise RuntimeError(f"no manifest for data {fingerprint} under {home}")
-    return with_input_order(Manifest.from_json(found[0].read_text()))
-
-
-def _input_columns(path: str) -> list[str]:
-    """The columns of an input file, in the file's order."""
-    import pyarrow.dataset as ds
-
-    suffix = Path(path).suffix.lower()
-    kind = {".csv": "csv", ".jsonl": "json", ".json": "json"}.get(suffix, "parquet")
-    return list(ds.dataset(path, format=kind).schema.names)
-
-
-def with_input_order(manifest):
-    """The manifest with its column roles in the input's column order, as preprocessing hashed
-    its rows by them. manifest.json is written with sorted keys, which reorders the roles read
-    back, and the row hash follows their order: read back as they are, the split's rows found
-    are not the ones preprocessing assigned (a trainflow bug, reported with B9)."""
-    import dataclasses
-
-    order = {column: i for i, column in enumerate(_input_columns(manifest.input_files[0]))}
-    roles = manifest.spec.column_roles
-    ordered = dict(sorted(roles.items(), key=lambda item: order.get(item[0], len(order))))
-    spec = dataclasses.replace(manifest.spec, column_roles=ordered)
-    return dataclasses.replace(manifest, spec=spec)
+    return Manifest.from_json(found[0].read_text())
 
 
 def _split_rows(manifest, split: str):

@@ -99,7 +99,9 @@ class Manifest:
     ignored_columns: dict[str, str] = field(default_factory=dict)  # column -> why not used
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
+        # Insertion order kept (no sort_keys): a row's split is the hash of its columns in the
+        # order of spec.column_roles, so the roles must read back in the order they were hashed.
+        return json.dumps(asdict(self), indent=2, default=str)
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:

@@ -55,28 +55,3 @@ def test_features_keep_gaps_cap_categories_and_split_dates():
     scored, _ = tree_features(test, roles, categories)
     assert list(scored["region"].cat.categories) == categories["region"]
     assert scored["region"].isna().all() and np.isnan(scored["signup"].iloc[0])
-
-
-def test_the_roles_read_back_are_put_in_the_inputs_order(tmp_path):
-    """manifest.json sorts the roles; the row hash follows their order: B9 restores the input's
-    order before it finds a split's rows."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from benchmarks.b9_vs_gbdt import with_input_order
-    from training.manifest import FeatureSpec, Manifest
-
-    path = tmp_path / "part-0.parquet"
-    pq.write_table(pa.table({"zeta": [1.0], "label": [0], "alpha": ["a"], "mid": [2.0]}), path)
-    spec = FeatureSpec(
-        label_column="label",
-        classes=[0],
-        input_shape=[3],
-        mean=[0.0] * 3,
-        std=[1.0] * 3,
-        column_roles={"zeta": "numeric", "alpha": "categorical", "mid": "numeric"},
-    )
-    manifest = Manifest("f", "src", "d", {}, {}, {}, spec, input_files=[str(path)])
-    again = Manifest.from_json(manifest.to_json())
-    assert list(again.spec.column_roles) == ["alpha", "mid", "zeta"]  # what the JSON does
-    assert list(with_input_order(again).spec.column_roles) == ["zeta", "alpha", "mid"]
