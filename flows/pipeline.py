@@ -11,7 +11,7 @@ from prefect import flow, get_run_logger, runtime
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.exceptions import ExternalSignal
 
-from flows import quiet_errors, run_artifacts
+from flows import champion_events, quiet_errors, run_artifacts
 from tasks import stages
 from training import progress
 from training.config import PipelineConfig
@@ -150,6 +150,8 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
             run_id=run_id,
             drift=drift,
         )
+    # A Prefect event: the automation `trainflow notify` sets up sends the message.
+    champion_events.champion_moved(model, best_config.mlflow.gate.metric, run_id)
 
     summary = RunSummary(
         run_id=run_id,
