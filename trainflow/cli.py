@@ -75,8 +75,8 @@ def run(
         None,
         "--deployment",
         "-d",
-        help="Trigger a run of this deployment (nightly, smoke) on the stack's Prefect server "
-        "instead of running here; --set overrides its config, --config replaces it.",
+        help="Trigger a run of this deployment (nightly, smoke, score) on the stack's Prefect "
+        "server instead of running here; --set overrides its config, --config replaces it.",
     ),
     verbose: bool = VerboseOption,
 ) -> None:
