@@ -1,8 +1,13 @@
-"""Told when it matters (issue 32, item 6), end to end: `trainflow up` on free ports, `trainflow
-notify` pointing at a webhook receiver on 127.0.0.1 with a secret from the environment; a
-pipeline run that fails and a run that moves the champion each reach the receiver through the
-Prefect server's automations (its triggers and actions services), with the flow, the state and
-the model version in the payload and the secret only in the request's Authorization header.
+"""Operations on the stack (issue 32, items 6 and 7), end to end on `trainflow up` (free ports).
+
+Told when it matters: `trainflow notify` points at a webhook receiver on 127.0.0.1 with a secret
+from the environment; a pipeline run that fails and a run that moves the champion each reach the
+receiver through the Prefect server's automations (its triggers and actions services), with the
+flow, the state and the model version in the payload and the secret only in the request's
+Authorization header.
+
+Scheduled scoring: `pipeline/score` is deployed paused on its cron; a run of it on the worker
+scores a table with the champion the promoting run made, beside the input, with its version.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,6 +30,8 @@ SECRET = "notify-canary-secret-4e1a9c"
 HOOK_PATH = "/hooks/T0-notify-path-canary"
 # An automation acts within seconds of the event; a busy 2-core machine gets a margin.
 DELIVERY_TIMEOUT_S = 120
+# A flow run on the worker: a new process imports the pipeline and starts Ray (~60 s on 2 cores).
+SCORE_TIMEOUT_S = 420
 
 
 class Receiver:
@@ -132,11 +140,17 @@ def test_a_failing_run_reaches_the_webhook(stack, notified, receiver):
     assert "pipeline run" in message["subject"]
 
 
-def test_a_promoting_run_reaches_the_webhook_with_its_version(stack, notified, receiver, tmp_path):
-    summary_file = tmp_path / "summary.json"
+@pytest.fixture(scope="module")
+def promoted(stack, notified):
+    """A smoke run on the stack: its version becomes the champion."""
+    summary_file = stack / "summary.json"
     proc = run_cli(stack, "run", "--config", SMOKE, "--summary-json", str(summary_file))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    model = json.loads(summary_file.read_text())["model"]
+    return json.loads(summary_file.read_text())["model"]
+
+
+def test_a_promoting_run_reaches_the_webhook_with_its_version(promoted, receiver):
+    model = promoted
     assert model["decision"] in ("first-model", "promoted")
     message = receiver.wait_for("champion-moved")
     body = message["body"]
@@ -145,6 +159,60 @@ def test_a_promoting_run_reaches_the_webhook_with_its_version(stack, notified, r
     assert body["decision"] == model["decision"]
     assert f"champion is now version {model['version']}" in message["subject"]
     assert message["headers"]["Authorization"] == f"Bearer {SECRET}"
+
+
+def _api(home: Path) -> str:
+    state = json.loads((home / "stack" / "state.json").read_text())
+    return state["prefect_url"].rstrip("/") + "/api"
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _final_state(api: str, flow_run_id: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = _get(f"{api}/flow_runs/{flow_run_id}")["state"]
+        if state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return state
+        time.sleep(3)
+    raise AssertionError(f"flow run {flow_run_id} did not finish in {timeout_s} s: {state}")
+
+
+def test_the_score_deployment_scores_beside_the_input_on_the_worker(stack, promoted):
+    proc = run_cli(stack, "deploy", "--name", "score")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "pipeline/score" in proc.stdout
+    api = _api(stack)
+    deployment = _get(f"{api}/deployments/name/pipeline/score")
+    assert deployment["paused"] is True
+    assert [s["schedule"]["cron"] for s in deployment["schedules"]] == ["0 6 * * *"]
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from training.data.builtin import digits
+
+    pixels, _ = digits()
+    incoming = stack / "incoming"
+    incoming.mkdir()
+    frame = pd.DataFrame({f"pixel_{i:02d}": pixels[:200, i] for i in range(64)})
+    frame.to_parquet(incoming / "new.parquet")
+    proc = run_cli(
+        stack, "run", "--deployment", "score",
+        "--set", f"mlflow.registered_model={promoted['name']}",
+        "--set", f"data.source={incoming / 'new.parquet'}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    flow_run_id = proc.stdout.split("(", 1)[1].split(")", 1)[0]
+    state = _final_state(api, flow_run_id, SCORE_TIMEOUT_S)
+    assert state["type"] == "COMPLETED", state
+    version = promoted["version"]
+    out = pq.read_table(incoming / f"new.scored-v{version}.parquet").to_pandas()
+    assert len(out) == 200 and set(out["model_version"]) == {version}
+    assert "prediction" in out
 
 
 def test_no_secret_in_any_log_or_artifact(stack, receiver):
