@@ -187,7 +187,9 @@ def test_a_shifted_table_is_blocked_by_max_drift(
     assert same is not None and same.columns[0].psi < 0.05  # the champion's own data
 
     parent = tracker.start_parent_run("shifted-data")
+    started = time.monotonic()
     report = measure(config, tracker, parent, shifted)
+    print(f"drift against the champion measured in {time.monotonic() - started:.2f} s")
     drifted = [d.column for d in report.over(0.2)]
     assert set(drifted) == set(SHIFTED), report.columns[:5]
     run = tracker.client.get_run(parent)
