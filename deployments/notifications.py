@@ -7,7 +7,7 @@ through it: one on a pipeline flow run that fails or crashes, one on the
 
 Each message is a JSON POST ``{"subject": ..., "body": ...}`` whose body is itself JSON: the
 flow, the flow run, its state and, for a champion move, the model, its new and previous version
-and the gate's reason (docs/deployments.md).
+and the gate's reason (docs/notifications.md).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def notify(
     off: bool = typer.Option(False, "--off", help="Remove the automations and the block."),
 ) -> None:
     """Messages when it matters: Prefect automations send a webhook on a failed pipeline run
-    and on a run that moves the champion (docs/deployments.md)."""
+    and on a run that moves the champion (docs/notifications.md)."""
     from deployments import notifications
     from deployments.deploy import require_api_url
     from trainflow.env import check_prefect_api, prepare_environment
