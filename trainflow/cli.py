@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from trainflow import champion_commands, stack_commands, startup
+from trainflow import champion_commands, notify_commands, stack_commands, startup
 from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
 from trainflow.progress_view import ProgressView
@@ -75,8 +75,8 @@ def run(
         None,
         "--deployment",
         "-d",
-        help="Trigger a run of this deployment (nightly, smoke) on the stack's Prefect server "
-        "instead of running here; --set overrides its config, --config replaces it.",
+        help="Trigger a run of this deployment (nightly, smoke, score) on the stack's Prefect "
+        "server instead of running here; --set overrides its config, --config replaces it.",
     ),
     verbose: bool = VerboseOption,
 ) -> None:
@@ -325,6 +325,7 @@ app.command()(stack_commands.status)
 app.command()(stack_commands.deploy)
 app.command()(champion_commands.history)
 app.command()(champion_commands.rollback)
+app.command()(notify_commands.notify)
 
 
 def main() -> None:  # pragma: no cover - the `trainflow` command and `python -m trainflow`

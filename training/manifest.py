@@ -51,6 +51,9 @@ class FeatureSpec:
     text_features: int = 0
     # Per feature position: a categorical's number of codes, 0 for a number (networks embed).
     cardinalities: list[int] = field(default_factory=list)
+    # The train split as a later run's drift check reads it (training.data.drift): per numeric
+    # column a percentile sketch and its share of gaps, per categorical column value shares.
+    drift_reference: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_features(self) -> int:

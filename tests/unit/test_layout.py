@@ -87,7 +87,11 @@ TRAINING_BOTTOM = {
 # The one package that may import mlflow (any module under it) ...
 MLFLOW_HOME = "training.tracking"
 # ... except these, which decide without a server: no mlflow, nothing of ours but the bottom.
-MLFLOW_FREE = {"training.tracking.gate", "training.tracking.gate_stats"}
+MLFLOW_FREE = {
+    "training.tracking.gate",
+    "training.tracking.gate_stats",
+    "training.tracking.gate_drift",
+}
 # The registered model's own code, shipped inside every MLflow model (code_paths): it subclasses
 # mlflow.pyfunc.PythonModel, so it imports mlflow too, and it must load where trainflow is not
 # installed: nothing but the standard library, these packages and its own modules.

@@ -39,8 +39,10 @@ def promote(
     parent_run: str,
     sweep: SweepOutcome | None = None,
     run_id: str | None = None,
+    drift: dict | None = None,
 ) -> ModelSummary:
-    """Log the pyfunc model, register a version, alias challenger; champion only if it wins."""
+    """Log the pyfunc model, register a version, alias challenger; champion only if it wins
+    (``drift``: the preprocess stage's ``DriftReport`` as a dict, for ``mlflow.gate.max_drift``)."""
     # Every text first: the MLflow calls follow, and the stage's outcome is the last step.
     metrics, metric = evaluated.result.metrics, config.mlflow.gate.metric
     description = _version_description(config, manifest, metrics, sweep)
@@ -63,7 +65,7 @@ def promote(
         tracker, version.model_id, manifest, trained.run_id, epoch, evaluated.run_id
     )
     registry.describe_model(tracker, page)
-    same_rows = SameRows(config, version.name, evaluated)
+    same_rows = SameRows(config, version.name, evaluated, drift)
     gate = registry.promote(tracker, version.version, metrics[metric], judge=same_rows.judge)
     record = gate["record"]
     if record is not None:
