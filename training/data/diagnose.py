@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from training.data.formats import iter_batches
+from training.data.formats import IMAGES, iter_batches
+from training.data.image_files import read_images_here
 from training.data.schema import FIX_FILE, Plan, is_network, read_types
 from training.errors import DataValidationError, one_line
 from training.storage import filesystem
@@ -75,6 +76,10 @@ def _pieces(
     piece being read (so an error, or a caller, can say where)."""
     import pyarrow.parquet as pq
 
+    if plan.fmt == IMAGES:
+        at[0] = ""
+        yield from read_images_here([file], plan, endpoint_url)
+        return
     fs, path = filesystem(file, endpoint_url)
     if plan.fmt == "parquet":
         parquet = pq.ParquetFile(path, filesystem=fs)

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow.fs as pafs
 
-from training.data.formats import iter_batches, ray_read, read_table
+from training.data.formats import IMAGES, iter_batches, ray_read, read_table
+from training.data.image_files import ray_read_images, read_images_here
 from training.data.rows import sample_keys
 from training.data.schema import Plan, read_types
 from training.errors import StorageError
@@ -60,6 +61,9 @@ def input_bytes(files: list[str], endpoint_url: str | None) -> int:
 
 def read_input(files: list[str], plan: Plan, endpoint_url: str | None) -> ray.data.Dataset:
     """The input files as a Ray Dataset of the plan's columns (lazy: nothing is read yet)."""
+    if plan.fmt == IMAGES:
+        paths, fs = _located(files, endpoint_url)
+        return ray_read_images(paths, fs, plan)
     return _read(files, plan.fmt, endpoint_url, plan.columns, read_types(plan))
 
 
@@ -70,6 +74,8 @@ def read_input_here(files: list[str], plan: Plan, endpoint_url: str | None) -> r
     Ray Data's listing, footer and read tasks (about 6 s of worker start-up on digits)."""
     import ray.data
 
+    if plan.fmt == IMAGES:  # decoded by Ray's image reader once, for both passes
+        return read_input(files, plan, endpoint_url).materialize()
     tables = []
     for file in files:
         fs, path = filesystem(file, endpoint_url)
@@ -80,6 +86,10 @@ def read_input_here(files: list[str], plan: Plan, endpoint_url: str | None) -> r
 def input_batches(files: list[str], plan: Plan, endpoint_url: str | None):
     """The input's plan columns as pandas batches, file by file, read here with pyarrow
     (no Ray): for the few raw rows of a split, or a small split scored in this process."""
+    if plan.fmt == IMAGES:
+        for table in read_images_here(files, plan, endpoint_url):
+            yield table.to_pandas()
+        return
     for file in files:
         fs, path = filesystem(file, endpoint_url)
         for batch in iter_batches(fs, path, plan.fmt, plan.columns, read_types(plan)):
@@ -98,13 +108,18 @@ def _read(
     columns: list[str] | None,
     types: dict | None,
 ) -> ray.data.Dataset:
-    fs, paths = None, files
-    if is_remote(files[0]):
-        fs = filesystem(files[0], endpoint_url)[0]
-        paths = [filesystem(f, endpoint_url)[1] for f in files]
+    paths, fs = _located(files, endpoint_url)
     if fmt == "parquet":
         return _read_parquet(paths, fs, columns)
     return ray_read(paths, fs, fmt, columns, types)
+
+
+def _located(files: list[str], endpoint_url: str | None) -> tuple[list[str], object]:
+    """(the paths Ray Data reads, their file system: None for local files)."""
+    if not is_remote(files[0]):
+        return files, None
+    fs = filesystem(files[0], endpoint_url)[0]
+    return [filesystem(f, endpoint_url)[1] for f in files], fs
 
 
 def _split_files(manifest: Manifest, split: str, endpoint_url: str | None):

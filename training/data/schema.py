@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from training.config import DataConfig
 from training.data.columns import check_image_shape, require_columns
-from training.data.formats import file_schema
+from training.data.formats import IMAGES, file_schema
 from training.data.roles import table_roles
 from training.errors import DataValidationError, ServiceUnreachableError
 from training.storage import filesystem
@@ -40,6 +40,8 @@ class Plan:
     image: str | None
     roles: dict[str, str] = field(default_factory=dict)
     ignored: dict[str, str] = field(default_factory=dict)
+    #: [C, H, W] every image of an image folder is decoded and resized to (``images`` only).
+    image_shape: list[int] | None = None
 
     @property
     def hash_roles(self) -> dict[str, str]:
@@ -94,6 +96,8 @@ def is_network(exc: BaseException) -> bool:
 
 def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str | None) -> Plan:
     """Check every file's columns from its footer or header; the plan the passes read by."""
+    if fmt == IMAGES:
+        return _image_folder_plan(data)
     features = list(data.feature_columns) if data.feature_columns else None
     which = "data.feature_columns" if data.feature_columns else "the first file's columns"
     width = None
@@ -127,6 +131,24 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
     if width is not None:
         check_image_shape(data.image_shape, width)
     return Plan(fmt, data.label_column, features, data.image_column, roles, ignored)
+
+
+def _image_folder_plan(data: DataConfig) -> Plan:
+    """An image folder's rows: its image column (``data.image_column``, default ``image``) of
+    pixels resized to ``data.image_shape``, and the class folder's name as the label."""
+    from training.model.trainflow_pyfunc.images import mode_of
+
+    if data.image_shape is None:
+        raise DataValidationError(
+            f"{data.source!r} is a folder of images: set data.image_shape to the [C, H, W] every "
+            "image is resized to, e.g. [1, 28, 28] (grey) or [3, 32, 32] (RGB)"
+        )
+    try:
+        mode_of(data.image_shape)
+    except ValueError as exc:
+        raise DataValidationError(f"data.image_shape: {exc}") from None
+    image = data.image_column or "image"
+    return Plan(IMAGES, data.label_column, None, image, image_shape=list(data.image_shape))
 
 
 def _numbers_everywhere(file: str, schema: pa.Schema, numeric: list[str], first_file: str) -> None:

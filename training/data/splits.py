@@ -73,6 +73,7 @@ def _input_plan(manifest: Manifest):
         spec.feature_columns,
         spec.image_column,
         roles,
+        image_shape=list(spec.input_shape) if spec.image_column else None,
     )
     return data, files, plan
 

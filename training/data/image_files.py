@@ -1,0 +1,143 @@
+"""A folder of image files as the input's rows: ``root/<class>/<file>.png`` (the layout every
+image tool uses), one row per file, its class folder's name the label.
+
+Ray Data's image reader (``ray.data.read_images``) decodes and resizes the files for the passes
+over the whole input; the driver's small reads (a split's raw rows, naming a bad file) decode
+them here with ``trainflow_pyfunc.images.decode``, the same PIL calls, which is also what the
+registered model applies to encoded bytes. Either way a row is {image: uint8 [C*H*W] (channels
+first, as ``data.image_shape`` says), label: the class, path: the file}: the rows of an image
+table, so every later stage (the row hash and splits, evaluation, the gate) reads them as such.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from training.data.formats import IMAGE_SUFFIXES
+from training.errors import DataValidationError
+from training.model.trainflow_pyfunc.images import channels_first, decode, mode_of
+from training.storage import filesystem
+
+if TYPE_CHECKING:
+    import ray.data
+
+    from training.data.schema import Plan
+
+#: The column naming each row's file.
+PATH = "path"
+#: Files decoded here per table (the driver's reads).
+FILES_PER_TABLE = 256
+
+
+def class_of(path: str) -> str:
+    """The class of an image file: the name of the folder it lies in."""
+    return path.rstrip("/").split("/")[-2]
+
+
+def _hidden(relative: str) -> bool:
+    return any(part.startswith((".", "_")) for part in relative.split("/"))
+
+
+def list_images(source: str, endpoint_url: str | None = None) -> list[str]:
+    """The image files of a class-folder tree, sorted; one error naming the first file that is
+    not an image or not in a class folder, or the class folders that hold no image."""
+    fs, root = filesystem(source, endpoint_url)
+    uri = (lambda p: f"s3://{p}") if source.startswith("s3://") else (lambda p: p)
+    layout = f"an image folder holds root/<class>/<image> files ({'/'.join(IMAGE_SUFFIXES)})"
+    folders, files = set(), []
+    for entry in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
+        relative = entry.path[len(root) :].lstrip("/")
+        depth = len(relative.split("/"))
+        if _hidden(relative):
+            continue
+        if entry.type == pafs.FileType.Directory:
+            if depth == 1:
+                folders.add(relative)
+            continue
+        if os.path.splitext(relative)[1].lower() not in IMAGE_SUFFIXES:
+            raise DataValidationError(
+                f"{uri(entry.path)} is not an image file; {layout}: move it out of {source}"
+            )
+        if depth != 2:
+            raise DataValidationError(
+                f"{uri(entry.path)} is not in a class folder directly under {source}; {layout}"
+            )
+        files.append(uri(entry.path))
+    empty = sorted(folders - {class_of(f) for f in files})
+    if empty:
+        raise DataValidationError(
+            f"class folder(s) {empty[:10]} under {source} hold no images; add images or remove "
+            "the folder"
+        )
+    if not files:
+        raise DataValidationError(f"directory {source!r} holds no data files and no images")
+    return sorted(files)
+
+
+def unreadable(exc: BaseException) -> str:
+    """Why PIL could not decode a file, without PIL's in-memory buffer's address."""
+    from PIL import UnidentifiedImageError
+
+    if isinstance(exc, UnidentifiedImageError):
+        return "not an image file PIL can read (corrupt, or not PNG/JPEG)"
+    return f"a broken image ({exc})"
+
+
+def image_table(pixels: np.ndarray, paths: list[str], plan: Plan) -> pa.Table:
+    """Decoded images (uint8 [n, C*H*W]) and their files -> the rows of an image table."""
+    width = int(np.prod(plan.image_shape))
+    flat = pa.array(np.ascontiguousarray(pixels, dtype=np.uint8).reshape(-1))
+    return pa.table(
+        {
+            plan.image: pa.FixedSizeListArray.from_arrays(flat, width),
+            plan.label: pa.array([class_of(p) for p in paths], pa.string()),
+            PATH: pa.array(list(paths), pa.string()),
+        }
+    )
+
+
+def _reader_rows(batch: dict[str, np.ndarray], plan: Plan) -> pa.Table:
+    """A batch of Ray's image reader ([n, H, W(, C)] uint8 and paths) -> image table rows."""
+    return image_table(channels_first(batch["image"]), list(batch[PATH]), plan)
+
+
+def ray_read_images(paths: list[str], fs, plan: Plan) -> ray.data.Dataset:
+    """The image files as a lazy Ray Dataset of image table rows, read by Ray's image reader."""
+    import ray.data
+
+    _, height, width = plan.image_shape
+    images = ray.data.read_images(
+        paths,
+        filesystem=fs,
+        size=(height, width),
+        mode=mode_of(plan.image_shape),
+        include_paths=True,
+        file_extensions=None,  # the files are chosen already
+        partitioning=None,
+    )
+    return images.map_batches(_reader_rows, fn_kwargs={"plan": plan}, batch_format="numpy")
+
+
+def read_images_here(
+    files: list[str], plan: Plan, endpoint_url: str | None = None
+) -> Iterator[pa.Table]:
+    """The image files decoded here, ``FILES_PER_TABLE`` at a time, as image table rows (the
+    same rows Ray's reader gives). A file PIL cannot read: ``ValueError`` saying why."""
+    for start in range(0, len(files), FILES_PER_TABLE):
+        pixels, paths = [], []
+        for file in files[start : start + FILES_PER_TABLE]:
+            fs, path = filesystem(file, endpoint_url)
+            with fs.open_input_stream(path) as stream:
+                data = stream.read()
+            try:
+                pixels.append(decode(data, plan.image_shape))
+            except (OSError, ValueError) as exc:
+                raise ValueError(unreadable(exc)) from None
+            paths.append(path)
+        yield image_table(np.stack(pixels), paths, plan)
