@@ -12,6 +12,7 @@ Pillow is imported only when an image is decoded: a model of arrays never needs 
 
 from __future__ import annotations
 
+import base64
 import io
 from collections.abc import Sequence
 
@@ -19,8 +20,9 @@ import numpy as np
 
 #: The PIL mode an image is converted to, by its channel count.
 MODES = {1: "L", 3: "RGB"}
-#: What a value of an image column must be to be decoded here (raw file bytes).
-ENCODED = (bytes, bytearray, memoryview)
+#: What a value of an image column must be to be decoded here: a file's bytes, or their base64
+#: text (how JSON, and so ``mlflow models serve``, carries bytes).
+ENCODED = (bytes, bytearray, memoryview, str)
 
 
 def mode_of(shape: Sequence[int]) -> str:
@@ -31,10 +33,13 @@ def mode_of(shape: Sequence[int]) -> str:
     return MODES[channels]
 
 
-def decode(data: bytes, shape: Sequence[int]) -> np.ndarray:
-    """One encoded image (PNG, JPEG, ...) -> uint8 [C * H * W], channels first, resized to
-    ``shape``. A file PIL cannot read raises ``OSError`` (or ``ValueError``)."""
+def decode(data: bytes | str, shape: Sequence[int]) -> np.ndarray:
+    """One encoded image (PNG, JPEG, ...; or its base64 text) -> uint8 [C * H * W], channels
+    first, resized to ``shape``. A file PIL cannot read raises ``OSError`` (or ``ValueError``)."""
     from PIL import Image
+
+    if isinstance(data, str):
+        data = base64.b64decode(data, validate=True)
 
     _, height, width = (int(d) for d in shape)
     mode = mode_of(shape)
