@@ -5,6 +5,7 @@ and a corrupt image among good ones is one error naming it, with nothing written
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -91,3 +92,25 @@ def test_an_image_folder_preprocesses_into_splits(ray_local, tmp_path):
     assert manifest.spec.image_column == "image"
     assert manifest.spec.input_shape == [1, 16, 16]
     assert sorted(manifest.spec.classes) == [str(d) for d in range(10)]
+
+
+def test_a_table_of_image_paths_preprocesses_and_finds_its_raw_rows(ray_local, tmp_path):
+    from training.data.splits import raw_rows
+
+    root = write_digit_images(tmp_path / "digits", 120)
+    files = sorted(Path(root).glob("*/*.png"))
+    table = tmp_path / "images.jsonl"
+    frame = pd.DataFrame({"file": [str(f.relative_to(tmp_path)) for f in files]})
+    frame["digit"] = [f.parent.name for f in files]
+    frame.to_json(table, orient="records", lines=True)
+    data = DataConfig(
+        source=str(table), image_column="file", label_column="digit", image_shape=[1, 16, 16]
+    )
+    config = PipelineConfig(data=data)
+    inputs = resolve_inputs(config.data)
+    layout = StorageLayout(root=str(tmp_path / "storage"))
+    manifest = preprocess(config, layout, fingerprint(config.data, inputs), inputs)
+    assert sum(manifest.rows.values()) == 120
+    assert manifest.spec.input_shape == [1, 16, 16]
+    rows = raw_rows(manifest, "test", 3)
+    assert len(rows) == 3 and len(rows["file"].iloc[0]) == 256

@@ -175,3 +175,58 @@ def test_bytes_that_are_not_an_image_are_one_error_naming_the_column_and_row():
     frame = pd.DataFrame({"image": [good, b"not a png"]})
     with pytest.raises(TransformError, match=r"column 'image' row 1 is not a readable image"):
         transform.raw_matrix(frame, _spec([1, 4, 4]))
+
+
+def _path_table(folder: str, tmp_path, absolute_rows: int = 0) -> str:
+    """A CSV next to nothing: paths relative to the CSV's directory (the first
+    ``absolute_rows`` absolute), labels from the class folders."""
+    import os
+
+    files = sorted(Path(folder).glob("*/*.png"))[:12]
+    table = tmp_path / "table" / "images.csv"
+    table.parent.mkdir()
+    rows = [
+        str(f) if i < absolute_rows else os.path.relpath(f, table.parent)
+        for i, f in enumerate(files)
+    ]
+    pd.DataFrame({"file": rows, "digit": [f.parent.name for f in files]}).to_csv(table, index=False)
+    return str(table)
+
+
+def test_a_table_of_image_paths_reads_the_decoded_files(folder, tmp_path):
+    from training.data.read import input_batches
+
+    source = _path_table(folder, tmp_path, absolute_rows=3)
+    data = DataConfig(
+        source=source, image_column="file", label_column="digit", image_shape=[1, 10, 10]
+    )
+    files = resolve_inputs(data)
+    plan = check_schema(data, files, input_format(data, files), None)
+    assert plan.image_root == str(tmp_path / "table")
+    (batch,) = list(input_batches(files, plan, None))
+    expected = sorted(Path(folder).glob("*/*.png"))[:12]
+    assert len(batch) == 12
+    for got, file in zip(batch["file"], expected, strict=True):
+        np.testing.assert_array_equal(got, decode(file.read_bytes(), [1, 10, 10]))
+
+
+def test_a_missing_image_of_a_path_table_is_named(folder, tmp_path):
+    source = _path_table(folder, tmp_path)
+    frame = pd.read_csv(source)
+    frame.loc[5, "file"] = "0/nowhere.png"
+    frame.to_csv(source, index=False)
+    data = DataConfig(source=source, image_column="file", image_shape=[1, 10, 10])
+    data = data.model_copy(update={"label_column": "digit"})
+    files = resolve_inputs(data)
+    plan = check_schema(data, files, "csv", None)
+    error = read_error(ValueError("a Ray task failed"), files, plan, None)
+    assert error is not None
+    nowhere = tmp_path / "table" / "0" / "nowhere.png"
+    assert f"image {nowhere} (column 'file'): no such file" in str(error)
+
+
+def test_a_path_table_needs_the_image_shape(folder, tmp_path):
+    data = DataConfig(source=_path_table(folder, tmp_path), image_column="file")
+    data = data.model_copy(update={"label_column": "digit"})
+    with pytest.raises(DataValidationError, match="set data.image_shape"):
+        check_schema(data, resolve_inputs(data), "csv", None)

@@ -28,7 +28,8 @@ from test_layout import (
 @pytest.mark.parametrize("path", package_files(SHIPPED.replace(".", "/")), ids=lambda p: p.name)
 def test_shipped_model_code_imports_only_what_the_model_requires(path):
     """Every import of the shipped package: stdlib, torch/numpy/pandas/mlflow (Pillow in the
-    image decode), or a relative import of a sibling (it is the top-level package ``trainflow_pyfunc`` inside the model)."""
+    image decode), or a relative import of a sibling (it is the top-level package
+    ``trainflow_pyfunc`` inside the model)."""
     tree = ast.parse(path.read_text())
     allowed = SHIPPED_MAY_IMPORT | SHIPPED_FILE_MAY_IMPORT.get(path.name, set())
     outside = []

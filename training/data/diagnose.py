@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from training.data.formats import IMAGES, iter_batches
-from training.data.image_files import read_images_here
+from training.data.image_files import read_images_here, with_decoded_paths
 from training.data.schema import FIX_FILE, Plan, is_network, read_types
 from training.errors import DataValidationError, one_line
 from training.storage import filesystem
@@ -86,10 +86,16 @@ def _pieces(
         groups = parquet.num_row_groups
         for index in range(groups):
             at[0] = f"row group {index} of {groups}"
-            yield parquet.read_row_group(index, columns=columns)
+            yield _decoded(parquet.read_row_group(index, columns=columns), plan, endpoint_url)
         return
     types = {c: t for c, t in read_types(plan).items() if c in columns}
-    yield from iter_batches(fs, path, plan.fmt, columns, types)
+    for batch in iter_batches(fs, path, plan.fmt, columns, types):
+        yield _decoded(batch, plan, endpoint_url)
+
+
+def _decoded(piece, plan: Plan, endpoint_url: str | None):
+    """An image column of paths with each file decoded, so a bad image is found (and named)."""
+    return with_decoded_paths(piece, plan, endpoint_url) if plan.image_root else piece
 
 
 def locate_missing_labels(files: list[str], plan: Plan, endpoint_url: str | None) -> str | None:

@@ -1,10 +1,12 @@
-"""A folder of image files as the input's rows: ``root/<class>/<file>.png`` (the layout every
-image tool uses), one row per file, its class folder's name the label.
+"""Image files as the input's rows: a folder ``root/<class>/<file>.png`` (the layout every image
+tool uses), one row per file, its class folder's name the label; or a table whose image column
+holds the files' paths (relative to the table's directory, or absolute; local or s3://).
 
 Ray Data's image reader (``ray.data.read_images``) decodes and resizes the files for the passes
 over the whole input; the driver's small reads (a split's raw rows, naming a bad file) decode
 them here with ``trainflow_pyfunc.images.decode``, the same PIL calls, which is also what the
-registered model applies to encoded bytes. Either way a row is {image: uint8 [C*H*W] (channels
+registered model applies to encoded bytes; a table's paths are decoded by that same function in a
+Ray Data map over the table's rows. Either way a row is {image: uint8 [C*H*W] (channels
 first, as ``data.image_shape`` says), label: the class, path: the file}: the rows of an image
 table, so every later stage (the row hash and splits, evaluation, the gate) reads them as such.
 """
@@ -22,7 +24,7 @@ import pyarrow.fs as pafs
 from training.data.formats import IMAGE_SUFFIXES
 from training.errors import DataValidationError
 from training.model.trainflow_pyfunc.images import channels_first, decode, mode_of
-from training.storage import filesystem
+from training.storage import filesystem, is_remote, join
 
 if TYPE_CHECKING:
     import ray.data
@@ -141,3 +143,47 @@ def read_images_here(
                 raise ValueError(unreadable(exc)) from None
             paths.append(path)
         yield image_table(np.stack(pixels), paths, plan)
+
+
+def image_root(source: str, is_file: bool) -> str:
+    """The directory a table's relative image paths start from: the table's own."""
+    if not is_file:
+        return source
+    return source.rsplit("/", 1)[0] if is_remote(source) else os.path.dirname(source)
+
+
+def _resolved(path: str, root: str) -> str:
+    if is_remote(path) or os.path.isabs(path):
+        return path
+    return join(root, path)
+
+
+def _decoded_file(path: str, plan: Plan, endpoint_url: str | None) -> np.ndarray:
+    file = _resolved(path, plan.image_root)
+    try:
+        fs, local = filesystem(file, endpoint_url)
+        with fs.open_input_stream(local) as stream:
+            data = stream.read()
+        return decode(data, plan.image_shape)
+    except (OSError, ValueError) as exc:
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else unreadable(exc)
+        raise ValueError(f"image {file} (column {plan.image!r}): {reason}") from None
+
+
+def with_decoded_paths(
+    batch: pa.Table | pa.RecordBatch, plan: Plan, endpoint_url: str | None = None
+) -> pa.Table:
+    """A table's rows with its image column of paths replaced by the files' decoded pixels
+    (uint8 [C*H*W] per row, as an image folder's rows hold them)."""
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    if plan.image not in table.column_names:
+        return table
+    paths = table.column(plan.image).to_pylist()
+    missing = sum(p is None for p in paths)
+    if missing:
+        raise ValueError(f"column {plan.image!r} has {missing} rows without an image path")
+    width = int(np.prod(plan.image_shape))
+    rows = [_decoded_file(p, plan, endpoint_url) for p in paths]
+    pixels = np.stack(rows) if rows else np.zeros((0, width), np.uint8)
+    column = pa.FixedSizeListArray.from_arrays(pa.array(pixels.reshape(-1)), width)
+    return table.set_column(table.column_names.index(plan.image), plan.image, column)

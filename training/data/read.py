@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from training.data.formats import IMAGES, iter_batches, ray_read, read_table
-from training.data.image_files import ray_read_images, read_images_here
+from training.data.image_files import ray_read_images, read_images_here, with_decoded_paths
 from training.data.rows import sample_keys
 from training.data.schema import Plan, read_types
 from training.errors import StorageError
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 _FOOTER_ACTORS = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
 _env_lock = threading.Lock()
+# Image files decoded per batch of a table of image paths.
+_IMAGE_PATH_BATCH_ROWS = 256
 # Rows per batch when a split is read without Ray (a trial's sample).
 _READ_BATCH_ROWS = 65_536
 
@@ -64,7 +66,15 @@ def read_input(files: list[str], plan: Plan, endpoint_url: str | None) -> ray.da
     if plan.fmt == IMAGES:
         paths, fs = _located(files, endpoint_url)
         return ray_read_images(paths, fs, plan)
-    return _read(files, plan.fmt, endpoint_url, plan.columns, read_types(plan))
+    dataset = _read(files, plan.fmt, endpoint_url, plan.columns, read_types(plan))
+    if plan.image_root is None:
+        return dataset
+    return dataset.map_batches(
+        with_decoded_paths,
+        fn_kwargs={"plan": plan, "endpoint_url": endpoint_url},
+        batch_format="pyarrow",
+        batch_size=_IMAGE_PATH_BATCH_ROWS,
+    )
 
 
 def read_input_here(files: list[str], plan: Plan, endpoint_url: str | None) -> ray.data.Dataset:
@@ -79,7 +89,10 @@ def read_input_here(files: list[str], plan: Plan, endpoint_url: str | None) -> r
     tables = []
     for file in files:
         fs, path = filesystem(file, endpoint_url)
-        tables.append(read_table(fs, path, plan.fmt, plan.columns, read_types(plan)))
+        table = read_table(fs, path, plan.fmt, plan.columns, read_types(plan))
+        if plan.image_root is not None:
+            table = with_decoded_paths(table, plan, endpoint_url)
+        tables.append(table)
     return ray.data.from_arrow(tables)
 
 
@@ -93,6 +106,8 @@ def input_batches(files: list[str], plan: Plan, endpoint_url: str | None):
     for file in files:
         fs, path = filesystem(file, endpoint_url)
         for batch in iter_batches(fs, path, plan.fmt, plan.columns, read_types(plan)):
+            if plan.image_root is not None:
+                batch = with_decoded_paths(batch, plan, endpoint_url)
             yield batch.to_pandas()
 
 
