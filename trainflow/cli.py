@@ -279,8 +279,9 @@ def make_data(
         "table",
         "--kind",
         "-k",
-        help="table: 64 float32 features + label; images: 3x32x32 uint8; mixed: numbers with "
-        "gaps, text categories, dates and an id column.",
+        help="table: 64 float32 features + label; images: 3x32x32 uint8; image-files: a folder "
+        "of PNG digits in class sub-folders; mixed: numbers with gaps, text categories, dates "
+        "and an id column.",
     ),
     rows: int = typer.Option(1_000_000, "--rows", "-n", min=1, help="Rows (images) to write."),
     files: int = typer.Option(16, "--files", "-f", min=1, help="Parquet files to write."),
@@ -292,23 +293,24 @@ def make_data(
     """Write a seeded synthetic data set (parquet, streamed chunk by chunk) to train on."""
     import time
 
-    from training.data import synthetic, synthetic_mixed
+    from training.data import synthetic, synthetic_images, synthetic_mixed
 
     writers = {
         "table": synthetic.write_table,
         "images": synthetic.write_color_images,
+        "image-files": synthetic_images.write_image_files,
         "mixed": synthetic_mixed.write_mixed,
     }
     if kind not in writers:
         raise ConfigError(f"--kind {kind!r} is not one of {', '.join(writers)}")
     started = time.monotonic()
     written = writers[kind](output, rows, seed, num_files=files, endpoint_url=endpoint_url)
-    hint = (
-        f"--set data.source={output}"
-        if kind in ("table", "mixed")
-        else f"--set data.source={output} --set data.image_column=image "
-        "--set data.image_shape=[3,32,32] --set model.kind=cnn"
-    )
+    hint = {
+        "images": f"--set data.source={output} --set data.image_column=image "
+        "--set data.image_shape=[3,32,32] --set model.kind=cnn",
+        "image-files": f"--set data.source={output} --set data.image_shape=[1,16,16] "
+        "--set model.kind=cnn",
+    }.get(kind, f"--set data.source={output}")
     console.print(
         f"wrote {rows:,} rows in {len(written)} files to {output} "
         f"({time.monotonic() - started:.1f} s); train on it with: trainflow run {hint}"

@@ -230,3 +230,21 @@ def test_a_path_table_needs_the_image_shape(folder, tmp_path):
     data = data.model_copy(update={"label_column": "digit"})
     with pytest.raises(DataValidationError, match="set data.image_shape"):
         check_schema(data, resolve_inputs(data), "csv", None)
+
+
+def test_make_data_writes_an_image_folder_that_reads_as_one(tmp_path):
+    from typer.testing import CliRunner
+
+    from trainflow.cli import app
+
+    out = tmp_path / "pngs"
+    result = CliRunner().invoke(app, ["make-data", str(out), "--kind", "image-files", "-n", "50"])
+    assert result.exit_code == 0, result.output
+    assert "data.image_shape=[1,16,16]" in " ".join(result.output.split())
+    files = resolve_inputs(DataConfig(source=str(out)))
+    assert len(files) == 50
+    assert {Path(f).parent.name for f in files} == {str(d) for d in range(10)}
+    sizes = {Image.open(f).size for f in files}
+    assert sizes == {(16, 16), (20, 20)}  # mixed sizes: the reader resizes them
+    remote = CliRunner().invoke(app, ["make-data", "s3://b/p", "--kind", "image-files"])
+    assert remote.exit_code == 2 and "local directory" in remote.output

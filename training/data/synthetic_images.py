@@ -32,6 +32,23 @@ def _digit_images(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return images, digits.target[order]
 
 
+def write_image_files(
+    output: str, rows: int, seed: int = 0, num_files: int | None = None, endpoint_url=None
+) -> list[str]:
+    """``trainflow make-data --kind image-files``: the PNG folder on a local disk (one file per
+    image: ``num_files`` does not apply); the files written."""
+    from training.errors import ConfigError
+    from training.storage import is_remote
+
+    if is_remote(output):
+        raise ConfigError(
+            f"--kind image-files writes to a local directory, not {output}; write it locally "
+            "and copy the folder (e.g. aws s3 sync)"
+        )
+    root = Path(write_digit_images(output, rows, seed))
+    return sorted(str(p) for p in root.glob("*/*.png"))
+
+
 def write_digit_images(root: str | Path, rows: int, seed: int = 0, side: int = SIDE) -> str:
     """Write ``rows`` PNG files under ``root/<digit>/``; the folder written."""
     from PIL import Image
