@@ -173,7 +173,8 @@ def test_the_image_step_decodes_encoded_bytes_and_base64_text(folder):
 def test_bytes_that_are_not_an_image_are_one_error_naming_the_column_and_row():
     good = _png(np.zeros((4, 4), np.uint8))
     frame = pd.DataFrame({"image": [good, b"not a png"]})
-    with pytest.raises(TransformError, match=r"column 'image' row 1 is not a readable image"):
+    expected = r"column .image. row 1 is not a readable image: not an image file PIL can read"
+    with pytest.raises(TransformError, match=expected):
         transform.raw_matrix(frame, _spec([1, 4, 4]))
 
 

@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 
 from training.data.formats import IMAGE_SUFFIXES
 from training.errors import DataValidationError
-from training.model.trainflow_pyfunc.images import channels_first, decode, mode_of
+from training.model.trainflow_pyfunc.images import channels_first, decode, mode_of, unreadable
 from training.storage import filesystem, is_remote, join
 
 if TYPE_CHECKING:
@@ -80,15 +80,6 @@ def list_images(source: str, endpoint_url: str | None = None) -> list[str]:
     if not files:
         raise DataValidationError(f"directory {source!r} holds no data files and no images")
     return sorted(files)
-
-
-def unreadable(exc: BaseException) -> str:
-    """Why PIL could not decode a file, without PIL's in-memory buffer's address."""
-    from PIL import UnidentifiedImageError
-
-    if isinstance(exc, UnidentifiedImageError):
-        return "not an image file PIL can read (corrupt, or not PNG/JPEG)"
-    return f"a broken image ({exc})"
 
 
 def image_table(pixels: np.ndarray, paths: list[str], plan: Plan) -> pa.Table:

@@ -52,6 +52,13 @@ def decode(data: bytes | str, shape: Sequence[int]) -> np.ndarray:
     return channels_first(np.asarray(image)[np.newaxis])[0]
 
 
+def unreadable(exc: BaseException) -> str:
+    """Why PIL could not decode a file, without PIL's in-memory buffer's address."""
+    if type(exc).__name__ == "UnidentifiedImageError":
+        return "not an image file PIL can read (corrupt, or not PNG/JPEG)"
+    return f"a broken image ({exc})"
+
+
 def channels_first(images: np.ndarray) -> np.ndarray:
     """A batch of images as Ray's reader yields them ([n, H, W] or [n, H, W, C]) -> [n, C*H*W],
     each row the image's [C, H, W] values."""

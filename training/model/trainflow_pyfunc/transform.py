@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .images import ENCODED, decode
+from .images import ENCODED, decode, unreadable
 from .transform_steps import DATETIME_WIDTH, TransformError, categorical_codes, datetime_parts
 
 #: The keys of a transformed batch: the network's input and, with labels, its target.
@@ -165,8 +165,8 @@ def _decoded(values: np.ndarray, column: str, spec: Mapping[str, Any]) -> np.nda
             rows.append(decode(value, shape))
         except (OSError, ValueError, TypeError) as exc:
             raise TransformError(
-                f"column {column!r} row {index} is not a readable image ({exc}); send PNG or "
-                "JPEG bytes, or arrays"
+                f"column {column!r} row {index} is not a readable image: {unreadable(exc)}; send "
+                "PNG or JPEG bytes (base64 text in JSON), or arrays"
             ) from None
     return np.stack(rows).astype(np.float64)
 
