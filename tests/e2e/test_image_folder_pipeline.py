@@ -1,6 +1,7 @@
 """A folder of PNG files in class sub-folders, end to end (issue 30 item 7): one `trainflow run`
 with the CNN straight on the folder (no conversion step), then its champion scores PNG bytes
-in-process. One pipeline run for the whole module: CI time is short."""
+in-process and `trainflow predict` scores the folder. One pipeline run for the whole module: CI
+time is short."""
 
 from __future__ import annotations
 
@@ -65,3 +66,14 @@ def test_the_champion_predicts_from_png_bytes(home, folder, run):
     truth = [f.parent.name for f in files]
     right = sum(p == t for p, t in zip(predicted, truth, strict=True))
     assert right / len(files) > 0.5, list(zip(predicted, truth, strict=True))
+
+
+def test_predict_scores_a_folder_of_image_files(home, folder, run):
+    out = home / "predictions.parquet"
+    proc = run_cli(home, "predict", "-m", f"models:/{MODEL}@champion", "-i", folder, "-o", str(out))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert " ".join(proc.stdout.split()) == f"wrote {IMAGES} predictions to {out}"
+    predicted = pd.read_parquet(out, columns=["path", "prediction"])
+    truth = predicted["path"].map(lambda p: Path(p).parent.name)
+    assert len(predicted) == IMAGES
+    assert (predicted["prediction"].astype(str) == truth).mean() > 0.5

@@ -12,7 +12,12 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from training.data.formats import IMAGES, iter_batches, ray_read, read_table
-from training.data.image_files import ray_read_images, read_images_here, with_decoded_paths
+from training.data.image_files import (
+    ray_read_images,
+    read_image_bytes,
+    read_images_here,
+    with_decoded_paths,
+)
 from training.data.rows import sample_keys
 from training.data.schema import Plan, read_types
 from training.errors import StorageError
@@ -112,7 +117,10 @@ def input_batches(files: list[str], plan: Plan, endpoint_url: str | None):
 
 
 def read_raw(files: list[str], fmt: str, endpoint_url: str | None = None) -> ray.data.Dataset:
-    """New raw rows (every column) as a Ray Dataset, read like the training input."""
+    """New raw rows (every column) as a Ray Dataset, read like the training input; image files
+    as {image: the file's bytes, path} (the model decodes them as training did)."""
+    if fmt == IMAGES:
+        return read_image_bytes(*_located(files, endpoint_url))
     return _read(files, fmt, endpoint_url, None, None)
 
 
