@@ -237,7 +237,11 @@ def predict(
         ..., "--model", "-m", help="models:/NAME@ALIAS, models:/NAME/VERSION, or a checkpoint."
     ),
     input_path: Path = typer.Option(
-        ..., "--input", "-i", help="Parquet or CSV file/directory with the training's columns."
+        ...,
+        "--input",
+        "-i",
+        help="Parquet, CSV or JSON-lines file/directory with the training's columns, or a "
+        "folder of image files.",
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Parquet file to write."),
     config_file: Path | None = ConfigOption,

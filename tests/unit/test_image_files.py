@@ -249,3 +249,14 @@ def test_make_data_writes_an_image_folder_that_reads_as_one(tmp_path):
     assert sizes == {(16, 16), (20, 20)}  # mixed sizes: the reader resizes them
     remote = CliRunner().invoke(app, ["make-data", "s3://b/p", "--kind", "image-files"])
     assert remote.exit_code == 2 and "local directory" in remote.output
+
+
+def test_a_custom_models_spec_is_read_from_an_image_folder(folder):
+    from training.config import validate_config
+    from training.model.factory import ModelSpec
+    from training.stages.preflight import preview_spec
+
+    raw = {"source": folder, "image_shape": [1, 8, 8]}
+    config = validate_config({"data": raw, "model": {"kind": "custom", "factory": "p.m:f"}})
+    spec = preview_spec(config, resolve_inputs(config.data), None)
+    assert spec == ModelSpec((1, 8, 8), 10)
