@@ -115,7 +115,12 @@ def ray_read_images(paths: list[str], fs, plan: Plan) -> ray.data.Dataset:
         file_extensions=None,  # the files are chosen already
         partitioning=None,
     )
-    return images.map_batches(_reader_rows, fn_kwargs={"plan": plan}, batch_format="numpy")
+    return images.map_batches(
+        _reader_rows,
+        fn_kwargs={"plan": plan},
+        batch_format="numpy",
+        batch_size=FILES_PER_TABLE,  # bounded memory for large images
+    )
 
 
 def read_image_bytes(paths: list[str], fs) -> ray.data.Dataset:
