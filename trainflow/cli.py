@@ -267,7 +267,7 @@ def predict(
         try:
             files_of_model, _ = _model_files(config, model)
             source = DataConfig(source=str(input_path.resolve()), label_column="__none__")
-            files = resolve_inputs(source)
+            files = resolve_inputs(source, labelled=False)
             fmt = input_format(source, files)
             cluster.connect(config.ray)
             rows = predict_files(files_of_model, files, str(output), fmt, config.train.use_gpu)

@@ -260,3 +260,16 @@ def test_a_custom_models_spec_is_read_from_an_image_folder(folder):
     config = validate_config({"data": raw, "model": {"kind": "custom", "factory": "p.m:f"}})
     spec = preview_spec(config, resolve_inputs(config.data), None)
     assert spec == ModelSpec((1, 8, 8), 10)
+
+
+def test_images_to_predict_need_no_class_folders(tmp_path):
+    root = _tree(tmp_path / "new", {"a.png": b"x", "batch-2/b.jpg": b"x", "empty/.keep": b""})
+    assert resolve_inputs(DataConfig(source=root), labelled=False) == [
+        f"{root}/a.png",
+        f"{root}/batch-2/b.jpg",
+    ]
+    with pytest.raises(DataValidationError, match="a.png is not in a class folder"):
+        resolve_inputs(DataConfig(source=root))
+    _tree(tmp_path / "new", {"notes.txt": b"x"})
+    with pytest.raises(DataValidationError, match="notes.txt is not an image file"):
+        resolve_inputs(DataConfig(source=root), labelled=False)

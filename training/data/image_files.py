@@ -47,9 +47,10 @@ def _hidden(relative: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative.split("/"))
 
 
-def list_images(source: str, endpoint_url: str | None = None) -> list[str]:
+def list_images(source: str, endpoint_url: str | None = None, by_class: bool = True) -> list[str]:
     """The image files of a class-folder tree, sorted; one error naming the first file that is
-    not an image or not in a class folder, or the class folders that hold no image."""
+    not an image or not in a class folder, or the class folders that hold no image. Without
+    ``by_class`` (new images to predict) the files may lie anywhere in the tree."""
     fs, root = filesystem(source, endpoint_url)
     uri = (lambda p: f"s3://{p}") if source.startswith("s3://") else (lambda p: p)
     layout = f"an image folder holds root/<class>/<image> files ({'/'.join(IMAGE_SUFFIXES)})"
@@ -67,12 +68,12 @@ def list_images(source: str, endpoint_url: str | None = None) -> list[str]:
             raise DataValidationError(
                 f"{uri(entry.path)} is not an image file; {layout}: move it out of {source}"
             )
-        if depth != 2:
+        if by_class and depth != 2:
             raise DataValidationError(
                 f"{uri(entry.path)} is not in a class folder directly under {source}; {layout}"
             )
         files.append(uri(entry.path))
-    empty = sorted(folders - {class_of(f) for f in files})
+    empty = sorted(folders - {class_of(f) for f in files}) if by_class else []
     if empty:
         raise DataValidationError(
             f"class folder(s) {empty[:10]} under {source} hold no images; add images or remove "

@@ -47,12 +47,16 @@ def _hidden(relative: str) -> bool:
 
 
 def resolve_inputs(
-    data: DataConfig, endpoint_url: str | None = None, storage_root: str | None = None
+    data: DataConfig,
+    endpoint_url: str | None = None,
+    storage_root: str | None = None,
+    labelled: bool = True,
 ) -> list[str]:
     """The input files of ``data.source``: a bundled set, one file, or a directory's files.
 
     With a remote ``storage_root`` a bundled set is copied there first: on a cluster, read
-    tasks run on nodes that do not share the driver's disk.
+    tasks run on nodes that do not share the driver's disk. Without ``labelled`` (rows to
+    predict) image files need no class folders.
     """
     source = data.source
     if source in BUILTIN:
@@ -84,7 +88,7 @@ def resolve_inputs(
         input_format(data, files)  # fail now on an unknown suffix
         return files
     if data.format == IMAGES:
-        return list_images(source, endpoint_url)
+        return list_images(source, endpoint_url, by_class=labelled)
     wanted = {s for s, f in SUFFIXES.items() if data.format in ("auto", f)}
     found = []
     for entry in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
@@ -93,7 +97,7 @@ def resolve_inputs(
         if entry.type == pafs.FileType.File and suffix in wanted and not _hidden(relative):
             found.append(_uri(source, entry.path))
     if not found and data.format == "auto" and _holds_images(fs, path):
-        return list_images(source, endpoint_url)
+        return list_images(source, endpoint_url, by_class=labelled)
     if not found:
         kinds = "/".join(sorted(wanted))
         raise DataValidationError(
