@@ -97,6 +97,8 @@ MLFLOW_FREE = {
 # installed: nothing but the standard library, these packages and its own modules.
 SHIPPED = "training.model.trainflow_pyfunc"
 SHIPPED_MAY_IMPORT = {"torch", "numpy", "pandas", "mlflow"}
+#: Beyond those, per file: Pillow for the image decode only (image models pin it).
+SHIPPED_FILE_MAY_IMPORT = {"images.py": {"PIL"}}
 
 # The stages sit at the top of training/: each uses the rooms below (data, tune, loop, inference,
 # model, tracking, report) and none of them uses a stage; only tasks/ calls them.

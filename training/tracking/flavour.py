@@ -94,10 +94,12 @@ class PackedModel:
     classes: list[Any]
 
 
-def requirements() -> list[str]:
-    """What loading the model needs, pinned to this environment's versions."""
+def requirements(spec: dict[str, Any] | None = None) -> list[str]:
+    """What loading the model needs, pinned to this environment's versions (Pillow for a model
+    of images: it decodes encoded ones)."""
     pins = []
-    for package in ("mlflow", "torch", "pandas", "numpy"):
+    images = ("pillow",) if spec and spec.get("image_column") else ()
+    for package in ("mlflow", "torch", "pandas", "numpy", *images):
         try:
             version = importlib.metadata.version(package).split("+")[0]  # drop "+cpu"
         except importlib.metadata.PackageNotFoundError:
@@ -126,7 +128,7 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
         "artifacts": {STATE_ARTIFACT: str(state_path)},
         "signature": signature(spec, example),
         "input_example": example,
-        "pip_requirements": requirements() + factory.requirements(model_config),
+        "pip_requirements": requirements(spec) + factory.requirements(model_config),
         # A key MLflow lets a loader override: load_model(uri, model_config={"device": "cpu"}).
         "model_config": {"device": None},
     }
