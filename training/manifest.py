@@ -48,6 +48,9 @@ class FeatureSpec:
     column_roles: dict[str, str] = field(default_factory=dict)
     # Per feature position: a categorical's number of codes, 0 for a number (networks embed).
     cardinalities: list[int] = field(default_factory=list)
+    # A text model's tokens step (``trainflow_pyfunc.tokens``): the text column, the tokenizer's
+    # JSON, max_length and pad_id. input_shape is then [max_length], mean and std are empty.
+    tokens: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_features(self) -> int:

@@ -40,7 +40,7 @@ class DataConfig(Section):
     feature_columns: list[str] | None = Field(
         None, description="feature columns; default: every other column, by its inferred role"
     )
-    columns: dict[str, Literal["numeric", "categorical", "datetime", "ignore"]] = Field(
+    columns: dict[str, Literal["numeric", "categorical", "datetime", "text", "ignore"]] = Field(
         default_factory=dict,
         description="a column's role where inference should not decide (e.g. an int code as "
         "categorical, a text column as datetime, a column to leave out)",
@@ -63,6 +63,9 @@ class DataConfig(Section):
         "auto", description="auto: a float label with many values is a regression, else classes"
     )
     split: SplitConfig = Field(default_factory=SplitConfig)
+    max_length: int = Field(
+        128, ge=2, description="model.kind=hf: tokens per text, longer texts are truncated"
+    )
 
     @field_validator("image_shape")
     @classmethod

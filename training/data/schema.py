@@ -68,7 +68,12 @@ def csv_options(plan: Plan) -> dict[str, Any]:
 
     # Fixed feature types: blocks (and files) whose inference differs (int vs float) still concat.
     # strings_can_be_null: an empty label cell is a missing label, not a class named "".
-    types = {"numeric": pa.float64(), "categorical": pa.string(), "datetime": pa.string()}
+    types = {
+        "numeric": pa.float64(),
+        "categorical": pa.string(),
+        "datetime": pa.string(),
+        "text": pa.string(),
+    }
     options = pacsv.ConvertOptions(
         column_types={c: types[r] for c, r in plan.hash_roles.items()},
         include_columns=plan.columns,

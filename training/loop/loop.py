@@ -8,6 +8,7 @@ validation, and the state each checkpoint keeps.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from training.loop import sharding
 from training.loop.contexts import LoopContext, TrainContext, epoch_seed
 from training.manifest import FeatureSpec
 from training.metrics import regression_metrics, worst
+from training.model.hf_model import checkpoint_model_config
 from training.model.networks import build_model
 
 
@@ -84,6 +86,7 @@ class _Run:
     batch_rows: int = 1  # per worker per optimizer step
     micro_rows: int = 1  # per forward pass
     loss_fn: nn.Module = field(default_factory=lambda: nn.CrossEntropyLoss(reduction="sum"))
+    model_config: dict[str, Any] = field(default_factory=dict)  # as checkpoints record it
 
 
 @dataclass
@@ -134,7 +137,7 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
     train = config.train
     seed_everything(train.seed + ctx.rank)
     model = build_model(
-        config.model, spec.input_shape, spec.num_outputs, spec.task, spec.cardinalities
+        config.model, spec.input_shape, spec.num_outputs, spec.task, spec.cardinalities, spec.tokens
     )
     optimizer, scheduler = _optimizer(model, train, max_epochs)
     # The global batch is split across workers so results do not depend on the worker count.
@@ -153,18 +156,30 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
         batch_rows=batch_rows,
         micro_rows=micro_rows,
         loss_fn=SquaredError() if spec.is_regression else nn.CrossEntropyLoss(reduction="sum"),
+        model_config=checkpoint_model_config(config.model, model),
     )
 
 
 def _optimizer(model: nn.Module, train, max_epochs: int):
-    """AdamW over the model's parameters and its LR schedule."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
-    scheduler = (
-        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_epochs)
-        if train.lr_schedule == "cosine"
-        else torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    """AdamW over the model's trainable parameters (a LoRA model's adapter and head) and its LR
+    schedule."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=train.lr, weight_decay=train.weight_decay)
+    warm = math.ceil(train.warmup_ratio * max_epochs)
+    if train.lr_schedule == "cosine" and not warm:
+        return optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_epochs)
+    cosine = train.lr_schedule == "cosine"
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(
+        optimizer, functools.partial(lr_factor, warm=warm, cosine=cosine, max_epochs=max_epochs)
     )
-    return optimizer, scheduler
+
+
+def lr_factor(epoch: int, warm: int, cosine: bool, max_epochs: int) -> float:
+    """The LR's factor in ``epoch``: a linear ramp over the first ``warm`` epochs
+    (train.warmup_ratio of them), times the cosine decay (CosineAnnealingLR's closed form)."""
+    ramp = min(1.0, (epoch + 1) / warm) if warm else 1.0
+    decay = 0.5 * (1 + math.cos(math.pi * epoch / max_epochs)) if cosine else 1.0
+    return ramp * decay
 
 
 class SquaredError(nn.Module):
@@ -314,6 +329,6 @@ def _checkpoint_state(run: _Run, epoch: int, **extra: Any) -> dict[str, Any] | N
         "epoch": epoch,
         "history": list(run.history),  # a copy: in-process contexts keep the dict
         "spec": run.spec.to_dict(),
-        "model_config": run.config.model.model_dump(mode="json"),
+        "model_config": run.model_config,
         **extra,
     }
