@@ -215,7 +215,7 @@ def evaluate(
             manifest = preprocess(
                 config,
                 StorageLayout.from_config(config),
-                fingerprint(config.data, files, endpoint),
+                fingerprint(config.data, files, endpoint, config.model),
                 files,
             )
             result, _ = evaluate_model(

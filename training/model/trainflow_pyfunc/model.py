@@ -7,7 +7,9 @@ state file (weights, feature spec, label map, train-split statistics) with
 ``predict`` applies the transform training applied (:mod:`.transform`, fitted at training time):
 the feature columns in their training order (or the image column's arrays), minus the train
 mean, over the train std; a regression's output is mapped back to the label's unit (times the
-train label std, plus its mean).
+train label std, plus its mean). A text model (``model.kind: hf``) reads its text column as a
+string, tokenized by the tokenizer the state holds (``tokens.py``), and runs the merged
+Hugging Face model (``hf.py``): transformers and tokenizers are then its requirements too.
 
 MLflow's signature check runs first (columns present, dtypes convertible, extra columns
 dropped); the transform's checks catch what a signature cannot: no rows, NaN or infinite values,
@@ -27,6 +29,7 @@ import torch
 from mlflow.exceptions import MlflowException
 
 from .networks import build_network
+from .tokens import padded, tokens_state
 from .transform import FEATURES, TransformError, check_columns, is_regression, label_values
 from .transform import input_columns as input_columns  # the flavour's signature reads it here
 from .transform import transform as raw_to_tensors
@@ -86,6 +89,7 @@ class TrainflowModel(mlflow.pyfunc.PythonModel):
             num_outputs(spec),
             spec.get("task", "classification"),
             spec.get("cardinalities"),
+            tokens_state(spec),
         )
         network.load_state_dict(state["model"])
         self.device = torch.device(device)
@@ -95,14 +99,16 @@ class TrainflowModel(mlflow.pyfunc.PythonModel):
         self.regression = is_regression(spec)
 
     def features(self, frame: pd.DataFrame) -> np.ndarray:
-        """The network's input (float32 [rows, width]) for a raw table: training's transform."""
+        """The network's input (float32 [rows, width]) for a raw table: training's transform;
+        a text's token ids padded to the longest row (int64)."""
         try:
             check_columns(frame, self.spec)
             if len(frame) == 0:
                 raise TransformError("the input table has no rows; send at least one row")
-            return raw_to_tensors(frame, self.spec, with_labels=False)[FEATURES]
+            features = raw_to_tensors(frame, self.spec, with_labels=False)[FEATURES]
         except TransformError as exc:
             raise bad_input(str(exc)) from None
+        return padded(features) if tokens_state(self.spec) else features
 
     def _outputs(self, frame: pd.DataFrame) -> np.ndarray:
         """The network's raw outputs (float32 [rows, outputs]) for a raw table."""
