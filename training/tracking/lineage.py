@@ -30,8 +30,11 @@ def log_datasets(tracker: Tracker, run_id: str, manifest: Manifest, splits: list
     from mlflow.types import ColSpec, DataType, Schema
 
     spec = manifest.spec
-    columns = [spec.image_column] if spec.image_column else list(spec.feature_columns or [])
-    schema = Schema([ColSpec(DataType.double, c) for c in columns])
+    if spec.tokens:  # a text model reads its text column alone
+        schema = Schema([ColSpec(DataType.string, spec.tokens["column"])])
+    else:
+        columns = [spec.image_column] if spec.image_column else list(spec.feature_columns or [])
+        schema = Schema([ColSpec(DataType.double, c) for c in columns]) if columns else None
     inputs = []
     for split in splits:
         dataset = MetaDataset(
