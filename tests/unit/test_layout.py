@@ -92,7 +92,9 @@ MLFLOW_FREE = {"training.tracking.gate", "training.tracking.gate_stats"}
 # mlflow.pyfunc.PythonModel, so it imports mlflow too, and it must load where trainflow is not
 # installed: nothing but the standard library, these packages and its own modules.
 SHIPPED = "training.model.trainflow_pyfunc"
-SHIPPED_MAY_IMPORT = {"torch", "numpy", "pandas", "mlflow"}
+# A text model's network and tokens step (hf.py, tokens.py) need transformers and tokenizers,
+# imported where they are used: a table's or an image's model loads without them.
+SHIPPED_MAY_IMPORT = {"torch", "numpy", "pandas", "mlflow", "transformers", "tokenizers"}
 
 # The stages sit at the top of training/: each uses the rooms below (data, tune, loop, inference,
 # model, tracking, report) and none of them uses a stage; only tasks/ calls them.

@@ -56,10 +56,11 @@ def signature(spec: dict[str, Any], example: pd.DataFrame | None):
     columns = input_columns(spec)
     roles = spec.get("column_roles") or {}
     if example is not None:
-        # A table's columns may have gaps wherever training imputed them: not required values.
-        required = not roles
+        # A table's columns may have gaps wherever training imputed them: not required values
+        # (a text model's text is: it has no gap to fill).
         inputs = [
-            ColSpec(_column_type(example[c], roles.get(c)), c, required=required) for c in columns
+            ColSpec(_column_type(example[c], roles.get(c)), c, required=_required(c, roles))
+            for c in columns
         ]
     elif spec.get("image_column"):
         inputs = [ColSpec(Array(DataType.double), columns[0])]
@@ -70,6 +71,10 @@ def signature(spec: dict[str, Any], example: pd.DataFrame | None):
     outputs = [ColSpec(label_type, PREDICTION)]
     outputs += [ColSpec(DataType.double, c) for c in class_columns(list(spec["classes"]))]
     return ModelSignature(Schema(inputs), Schema(outputs))
+
+
+def _required(column: str, roles: dict[str, str]) -> bool:
+    return not roles or roles.get(column) == "text"
 
 
 def input_example(spec: dict[str, Any], raw_rows: pd.DataFrame) -> pd.DataFrame:
