@@ -127,7 +127,8 @@ def test_the_served_model_refuses_a_number_for_text(tokens, table, tmp_path):
     spec = text_spec(tokens)
     network = build_network(hf_model_config(), [16], 3, "classification", None, tokens)
     model = TrainflowModel()
-    model.load_state({"model": network.state_dict(), "spec": spec, "model_config": hf_model_config()})
+    state = {"model": network.state_dict(), "spec": spec, "model_config": hf_model_config()}
+    model.load_state(state)
     with pytest.raises(MlflowException, match="text column 'text'"):
         model.predict(None, pd.DataFrame({"text": ["words", 3.5]}))
 
@@ -137,3 +138,18 @@ def test_preprocessing_names_a_non_text_value_as_a_data_error(tokens):
     frame = pd.DataFrame({"text": ["fine words here", 7], "topic": ["tech", "sports"]})
     with pytest.raises(DataValidationError, match="text column 'text'"):
         output_rows(frame, spec, SplitConfig())
+
+
+def test_a_text_model_needs_exactly_one_text_column():
+    from training.config import validate_config
+    from training.data.schema import Plan
+    from training.data.summary import Stats
+    from training.data.text_spec import text_column
+
+    hf = {"kind": "hf", "hf": {"config": {"model_type": "bert"}, "tokenizer": "train"}}
+    plan = Plan("parquet", "y", [], None, {"code": "categorical", "n": "numeric"})
+    config = validate_config({"model": hf})
+    with pytest.raises(DataValidationError, match="model.kind=hf needs a text column"):
+        text_column(plan, Stats(), config)
+    declared = validate_config({"model": hf, "data": {"columns": {"code": "text"}}})
+    assert text_column(plan, Stats(), declared) == "code"

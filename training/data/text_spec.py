@@ -35,9 +35,8 @@ def text_column(plan: Plan, stats: Stats, config: PipelineConfig) -> str:
     """The table's one text column: declared (``data.columns: {x: text}``) or found free text."""
     declared = [c for c, r in config.data.columns.items() if r == "text"]
     fit = stats.table
-    found = declared or [
-        c for c, r in plan.roles.items() if r == "categorical" and fit and fit.string_role(c) == "text"
-    ]
+    strings = [c for c, r in plan.roles.items() if r == "categorical"]
+    found = declared or [c for c in strings if fit and fit.string_role(c) == "text"]
     if len(found) == 1:
         return found[0]
     if not found:
@@ -52,9 +51,7 @@ def text_column(plan: Plan, stats: Stats, config: PipelineConfig) -> str:
     )
 
 
-def _train_texts(
-    batch: pd.DataFrame, plan: Plan, seed: int, split, column: str
-) -> pd.DataFrame:
+def _train_texts(batch: pd.DataFrame, plan: Plan, seed: int, split, column: str) -> pd.DataFrame:
     """The train rows' texts and row hashes (a value that is not text: its repr, flagged)."""
     labels = labels_of(batch, plan.label)
     hashes = hash_rows(raw_values(batch, plan.hash_roles), labels, seed)

@@ -24,7 +24,8 @@ from training.model.trainflow_pyfunc.hf import HFClassifier, hf_config, plain_co
 def _base_model(name_or_path: str, num_outputs: int, task: str, pad_id: int) -> nn.Module:
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    config = hf_config(plain_config(AutoConfig.from_pretrained(name_or_path)), num_outputs, task, pad_id)
+    own = plain_config(AutoConfig.from_pretrained(name_or_path))
+    config = hf_config(own, num_outputs, task, pad_id)
     # A pretrained head of another size (or none) is replaced by a new one: said, not refused.
     return AutoModelForSequenceClassification.from_pretrained(
         name_or_path, config=config, ignore_mismatched_sizes=True

@@ -45,9 +45,7 @@ def hf_config(config: Mapping[str, Any], num_outputs: int, task: str, pad_id: in
     raw = {k: v for k, v in dict(config).items() if k not in _NOT_ARCHITECTURE}
     built = AutoConfig.for_model(**raw)
     built.num_labels = int(num_outputs)
-    built.problem_type = (
-        "regression" if task == "regression" else "single_label_classification"
-    )
+    built.problem_type = "regression" if task == "regression" else "single_label_classification"
     built.pad_token_id = int(pad_id)  # e.g. GPT-2 finds each row's last token by it
     return built
 
