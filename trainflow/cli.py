@@ -91,7 +91,7 @@ def run(
         stack_commands.trigger_deployment(deployment, config_file, overrides)
         return
     config = _load(config_file, overrides, **{"ray.address": ray_address})
-    if config.model.kind in ("custom", "hf"):  # a bad model fails in seconds, before anything
+    if config.model.kind in ("custom", "hf"):  # a bad model fails fast, before anything starts
         from training.stages.preflight import check_model_now
 
         check_model_now(config)
