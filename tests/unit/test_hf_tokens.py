@@ -58,7 +58,7 @@ def test_token_ids_are_truncated_to_max_length_and_not_padded(tokens, table):
 
 def test_text_that_is_not_text_is_one_error_naming_the_column(tokens):
     frame = pd.DataFrame({"text": ["fine words here", 42, None], "topic": ["tech"] * 3})
-    with pytest.raises(TransformError, match=r"text column 'text' holds 2 values that are not"):
+    with pytest.raises(TransformError, match=r"text column 'text' holds 2 value\(s\) that are not"):
         transform.transform(frame, text_spec(tokens), with_labels=False)
 
 

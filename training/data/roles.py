@@ -94,6 +94,13 @@ def _check_declared(
             f"column {column!r} is declared numeric but holds text in {file} (type {dtype}, e.g. "
             f"{example!r}); fix the values, or declare it categorical in data.columns"
         )
+    if role == "text" and not (
+        pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_null(dtype)
+    ):
+        raise DataValidationError(
+            f"column {column!r} is declared text but holds {dtype} values in {file}, not "
+            "strings; declare the column that holds the text, or convert it to strings"
+        )
     if role == "datetime" and found == "numeric" and not pa.types.is_null(dtype):
         raise DataValidationError(
             f"column {column!r} is declared datetime but holds numbers ({dtype}) in {file}; "

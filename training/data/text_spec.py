@@ -51,36 +51,38 @@ def text_column(plan: Plan, stats: Stats, config: PipelineConfig) -> str:
     )
 
 
-def _train_texts(batch: pd.DataFrame, plan: Plan, seed: int, split, column: str) -> pd.DataFrame:
-    """The train rows' texts and row hashes (a value that is not text: its repr, flagged)."""
+def _texts(batch: pd.DataFrame, plan: Plan, seed: int, split, column: str, keep: bool):
+    """Rows of interest only: train rows' hashes and texts where ``keep``, and every row whose
+    value is not text, with its repr (any split: refused before a row is written)."""
     labels = labels_of(batch, plan.label)
     hashes = hash_rows(raw_values(batch, plan.hash_roles), labels, seed)
     train = (assign_splits(hashes, split) == "train") & ~missing_labels(labels)
-    values = batch[column][train].tolist()
-    good = [isinstance(v, str) for v in values]
+    values = batch[column].tolist()
+    good = np.fromiter((isinstance(v, str) for v in values), dtype=bool, count=len(values))
+    wanted = train & good if keep else np.zeros(len(values), dtype=bool)
+    rows = np.flatnonzero(wanted | ~good)
     return pd.DataFrame(
         {
-            "key": hashes[train].view(np.int64),
-            "text": [v if ok else "" for v, ok in zip(values, good, strict=True)],
-            "bad": ["" if ok else repr(v) for v, ok in zip(values, good, strict=True)],
+            "key": hashes[rows].view(np.int64),
+            "text": [values[i] if good[i] else "" for i in rows],
+            "bad": ["" if good[i] else repr(values[i]) for i in rows],
         }
     )
 
 
-def train_texts(ds: ray.data.Dataset, plan: Plan, config: PipelineConfig, column: str) -> list[str]:
-    """The training split's texts (at most TOKENIZER_TEXTS, a deterministic sample), in a
-    fixed order; a value that is not text is one error naming the column."""
+def scan_texts(
+    ds: ray.data.Dataset, plan: Plan, config: PipelineConfig, column: str, keep: bool
+) -> list[str]:
+    """Check every row's text is a string (one error naming the column, before any row is
+    written) and, with ``keep``, return the training split's texts: at most TOKENIZER_TEXTS,
+    a deterministic sample (the smallest row hashes), in a fixed order."""
     split = config.data.split
-    rows = ds.map_batches(
-        _train_texts,
-        batch_format="pandas",
-        fn_kwargs={"plan": plan, "seed": split.seed, "split": split, "column": column},
-    )
-    frame = rows.to_pandas()
+    kwargs = {"plan": plan, "seed": split.seed, "split": split, "column": column, "keep": keep}
+    frame = ds.map_batches(_texts, batch_format="pandas", fn_kwargs=kwargs).to_pandas()
     bad = frame["bad"][frame["bad"] != ""]
     if len(bad):
         raise DataValidationError(
-            f"text column {column!r} holds {len(bad)} values that are not text (e.g. "
+            f"text column {column!r} holds {len(bad)} value(s) that are not text (e.g. "
             f"{bad.iloc[0]}); every row needs a string (drop or fill those rows)"
         )
     frame = frame.sort_values("key", kind="stable").head(TOKENIZER_TEXTS)
@@ -114,8 +116,9 @@ def tokens_state(ds, plan: Plan, config: PipelineConfig, column: str) -> dict[st
     hf, max_length = config.model.hf, config.data.max_length
     architecture = hf_resolve.architecture(hf)
     source = hf_resolve.tokenizer_source(hf)
+    texts = scan_texts(ds, plan, config, column, keep=source is None)
     if source is None:
-        tokenizer = fit_wordpiece(train_texts(ds, plan, config, column), architecture.vocab_size)
+        tokenizer = fit_wordpiece(texts, architecture.vocab_size)
         pad = tokenizer.token_to_id("[PAD]")
     else:
         pretrained = hf_resolve.pretrained_tokenizer(source)

@@ -50,7 +50,7 @@ def texts(frame: pd.DataFrame, column: str) -> list[str]:
     bad = [v for v in values if not isinstance(v, str)]
     if bad:
         raise TransformError(
-            f"text column {column!r} holds {len(bad)} values that are not text (e.g. "
+            f"text column {column!r} holds {len(bad)} value(s) that are not text (e.g. "
             f"{bad[0]!r}); every row needs a string (drop or fill those rows)"
         )
     return values
