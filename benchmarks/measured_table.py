@@ -4,9 +4,10 @@
     python -m benchmarks.measured_table --write    # replace the marked block in README and docs
 
 The result files come in a few shapes: the suite's ``trainflow-bench/1`` (B1-B8, one row per
-figure that has a goal), ``peer.json`` (benchmarks.peer_ratio) and the GPU runs' files. Each shape
-is read by its own small function; a file no function understands is an error, so a new result
-cannot silently drop out of the table.
+figure that has a goal), ``peer.json`` (benchmarks.peer_ratio), ``text-accuracy.json``
+(benchmarks.text_accuracy) and the GPU runs' files. Each shape is read by its own small
+function; a file no function understands is an error, so a new result cannot silently drop out
+of the table.
 """
 
 from __future__ import annotations
@@ -102,6 +103,24 @@ def _gpu_tests_rows(doc: dict[str, Any]) -> list[Row]:
     return [Row("GPU", figure, value, machine=loop["gpu"])]
 
 
+def _text_accuracy_rows(doc: dict[str, Any]) -> list[Row]:
+    ours, theirs = doc["trainflow"], doc["tfidf_logreg"]
+    figure = "bbc_news test accuracy: MLP on hashed n-grams vs TF-IDF + logistic regression"
+    value = f"{ours['test_accuracy']:.3f} vs {theirs['test_accuracy']:.3f}"
+    met = ours["test_accuracy"] >= theirs["test_accuracy"] - 0.01
+    return [
+        Row(
+            "B10",
+            figure,
+            value,
+            goal="within 1 point",
+            met="yes" if met else "**no**",
+            date=doc["when"][:10],
+            machine=machine_label(doc["machine"]),
+        )
+    ]
+
+
 # Result files other than the suite's, by file name.
 READERS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "peer.json": _peer_rows,
@@ -109,6 +128,7 @@ READERS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "gpu-images.json": _gpu_images_rows,
     "gpu-eval.json": _gpu_eval_rows,
     "gpu-tests.json": _gpu_tests_rows,
+    "text-accuracy.json": _text_accuracy_rows,
 }
 
 

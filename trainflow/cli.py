@@ -280,7 +280,8 @@ def make_data(
         "--kind",
         "-k",
         help="table: 64 float32 features + label; images: 3x32x32 uint8; mixed: numbers with "
-        "gaps, text categories, dates and an id column.",
+        "gaps, text categories, dates and an id column; text: BBC News sentences resampled "
+        "by topic.",
     ),
     rows: int = typer.Option(1_000_000, "--rows", "-n", min=1, help="Rows (images) to write."),
     files: int = typer.Option(16, "--files", "-f", min=1, help="Parquet files to write."),
@@ -292,12 +293,13 @@ def make_data(
     """Write a seeded synthetic data set (parquet, streamed chunk by chunk) to train on."""
     import time
 
-    from training.data import synthetic, synthetic_mixed
+    from training.data import synthetic, synthetic_mixed, synthetic_text
 
     writers = {
         "table": synthetic.write_table,
         "images": synthetic.write_color_images,
         "mixed": synthetic_mixed.write_mixed,
+        "text": synthetic_text.write_text,
     }
     if kind not in writers:
         raise ConfigError(f"--kind {kind!r} is not one of {', '.join(writers)}")
@@ -305,7 +307,8 @@ def make_data(
     written = writers[kind](output, rows, seed, num_files=files, endpoint_url=endpoint_url)
     hint = (
         f"--set data.source={output}"
-        if kind in ("table", "mixed")
+        + (" --set data.label_column=category" if kind == "text" else "")
+        if kind in ("table", "mixed", "text")
         else f"--set data.source={output} --set data.image_column=image "
         "--set data.image_shape=[3,32,32] --set model.kind=cnn"
     )

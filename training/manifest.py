@@ -40,12 +40,15 @@ class FeatureSpec:
     # indicator_columns get a 0/1 "was missing" feature, categories maps each categorical
     # column to its vocabulary (most frequent first), datetime_years the year filling a
     # missing date. column_roles: every input column -> its role, or why it is not used.
+    # text_columns: free-text columns, each hashed into text_features n-gram buckets.
     medians: list[float] = field(default_factory=list)
     indicator_columns: list[str] = field(default_factory=list)
     categories: dict[str, list[str]] = field(default_factory=dict)
     datetime_columns: list[str] = field(default_factory=list)
     datetime_years: dict[str, float] = field(default_factory=dict)
     column_roles: dict[str, str] = field(default_factory=dict)
+    text_columns: list[str] = field(default_factory=list)
+    text_features: int = 0
     # Per feature position: a categorical's number of codes, 0 for a number (networks embed).
     cardinalities: list[int] = field(default_factory=list)
     # A text model's tokens step (``trainflow_pyfunc.tokens``): the text column, the tokenizer's

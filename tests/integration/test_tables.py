@@ -81,3 +81,19 @@ def test_the_csv_file_gives_the_same_roles_and_split(penguins, tmp_path):
     assert from_csv.spec.column_roles == ROLES
     assert from_csv.rows == penguins.rows
     assert from_csv.spec.categories == penguins.spec.categories
+
+
+def test_the_json_lines_file_gives_the_same_roles_and_split(penguins, tmp_path):
+    """JSON lines as a user's export writes them: one object per line, null for a gap, the
+    integer columns as JSON integers. Read by Ray Data (the splits) and by pyarrow here (the
+    footer check, the summary, the raw rows of a split)."""
+    frame = pq.read_table(penguins.input_files[0]).to_pandas()
+    path = tmp_path / "penguins.jsonl"
+    frame.to_json(path, orient="records", lines=True)
+    from_json = _run(DataConfig(source=str(path), label_column="species"), tmp_path / "storage")
+    assert from_json.spec.column_roles == ROLES
+    assert from_json.rows == penguins.rows
+    assert from_json.spec.categories == penguins.spec.categories
+    assert from_json.spec.medians == penguins.spec.medians
+    here = pd.concat(list(raw_split_here(from_json, "test")))
+    assert len(here) == penguins.rows["test"]

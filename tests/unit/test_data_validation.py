@@ -80,7 +80,7 @@ def test_unknown_suffix_suggests_data_format(tmp_path):
 def test_mixed_formats_need_data_format(tmp_path):
     parquet = _write(tmp_path / "a.parquet")
     (tmp_path / "b.csv").write_text("x,label\n1,0\n")
-    with pytest.raises(DataValidationError, match="mixes parquet and CSV"):
+    with pytest.raises(DataValidationError, match=r"mixes \[.csv., .parquet.\] files"):
         resolve_inputs(DataConfig(source=str(tmp_path)))
     assert resolve_inputs(DataConfig(source=str(tmp_path), format="parquet")) == [parquet]
 

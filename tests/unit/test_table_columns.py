@@ -55,7 +55,7 @@ def _fit(frame: pd.DataFrame, tmp_path, **data):
     return feature_spec(stats, config, plan, classes, task), batch
 
 
-def test_roles_are_inferred_and_ids_and_free_text_left_out(tmp_path):
+def test_roles_are_inferred_ids_left_out_and_free_text_hashed(tmp_path):
     spec, _ = _fit(_table(), tmp_path)
     assert spec.column_roles == {
         "size": "numeric",
@@ -64,12 +64,25 @@ def test_roles_are_inferred_and_ids_and_free_text_left_out(tmp_path):
         "order_id": "id-like",
         "note": "text",
     }
+    assert spec.text_columns == ["note"] and spec.text_features == 4096
 
 
 def test_a_declared_role_wins(tmp_path):
     spec, _ = _fit(_table(), tmp_path, columns={"order_id": "ignore", "note": "categorical"})
     assert spec.column_roles["order_id"] == "ignore"
     assert spec.column_roles["note"] == "categorical"
+
+
+def test_short_strings_declared_text_are_hashed_not_counted(tmp_path):
+    spec, batch = _fit(_table(), tmp_path, columns={"colour": "text"}, text_features=32)
+    assert spec.column_roles["colour"] == "text" and "colour" not in spec.categories
+    assert spec.text_columns == ["colour", "note"] and spec.text_features == 32
+    out = transform_batch(batch, spec, with_labels=False)["features"]
+    assert out.shape[1] == len(spec.mean) == len(spec.cardinalities)
+    colour = out[:, -64:-32]
+    red = (batch["colour"] == "red").to_numpy()
+    assert len({row.tobytes() for row in colour[red]}) == 1  # the same word, the same bag
+    assert not colour[batch["colour"].isna().to_numpy()].any()
 
 
 def test_gaps_get_the_train_median_and_a_flag(tmp_path):
@@ -98,7 +111,8 @@ def test_datetimes_become_year_and_cycles(tmp_path):
     spec, batch = _fit(_table(), tmp_path)
     assert spec.datetime_columns == ["when"]
     out = transform_batch(batch, spec, with_labels=False)["features"]
-    month = out[:, -6:-4]  # sin, cos of the month
+    year = len(spec.mean) - 7 - spec.text_features * len(spec.text_columns)
+    month = out[:, year + 1 : year + 3]  # sin, cos of the month
     np.testing.assert_allclose((month**2).sum(axis=1), 1.0, rtol=1e-5)
     assert out.shape[1] == len(spec.mean) == len(spec.cardinalities)
 
@@ -132,6 +146,11 @@ def test_an_all_numeric_mlp_keeps_its_state_dict_keys():
             lambda f: f.assign(note="not a date"),
             {"columns": {"note": "datetime"}},
             r"datetime column 'note' holds a value that is not a date \(e.g. 'not a date'\)",
+        ),
+        (
+            lambda f: f,
+            {"columns": {"size": "text"}},
+            r"'size' is declared text but holds double values .*\(e.g. \d+\.\d+\)",
         ),
         (lambda f: f.assign(size=np.nan), {}, r"\['size'\] are empty in every training row"),
         (lambda f: f[["order_id", "y"]], {}, "no feature column is left"),

@@ -3,7 +3,8 @@
 registered model (MLflow's pyfunc, the tensor handed to its network) give identical tensors.
 
 Tables: numbers of mixed widths with a constant column (its std is 0); a table with gaps,
-categories (one value unseen in training, served too) and a datetime column; an image column as
+categories (one value unseen in training, served too) and a datetime column; free text (hashed
+n-grams, a missing text and words never seen in training); an image column as
 Arrow fixed-size lists, as Arrow variable-length lists and as numpy arrays; a regression's
 label."""
 
@@ -164,6 +165,53 @@ def test_a_table_with_gaps_categories_and_dates_gives_the_same_tensor(tmp_path):
         "flag": "boolean",
         "seen": "datetime",
     }
+
+
+def _text_table(rows: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    words = np.array(["rates", "rise", "match", "goal", "album", "vote", "chip", "the", "of"])
+    review = [" ".join(rng.choice(words, rng.integers(5, 12))).capitalize() for _ in range(rows)]
+    return pd.DataFrame(
+        {
+            "review": pd.Series(review, dtype=object),
+            "stars": rng.integers(1, 6, rows),
+            "topic": rng.choice(["money", "sport"], rows),
+        }
+    )
+
+
+def test_a_text_column_gives_the_network_the_same_tensor(tmp_path):
+    import pickle
+
+    import pyarrow.parquet as pq
+
+    from training.config import DataConfig
+    from training.data.schema import check_schema
+    from training.data.summary import Stats, summarise
+    from training.data.validate import feature_spec, validate
+
+    fit_rows = _text_table(200, 0)
+    path = str(tmp_path / "fit.parquet")
+    pq.write_table(pa.Table.from_pandas(fit_rows, preserve_index=False), path)
+    data = DataConfig(source=path, label_column="topic", text_features=64)
+    plan = check_schema(data, [path], "parquet", None)
+    stats = Stats()
+    stats.add(pickle.loads(summarise(fit_rows, plan, data.split)["summary"][0]))
+    task, _, classes = validate(stats, data, plan, [path])
+    spec = feature_spec(stats, data, plan, classes, task)
+    assert spec.text_columns == ["review"] and spec.input_shape == [1 + 64]
+
+    frame = _text_table(ROWS, 1)
+    frame.loc[0, "review"] = None
+    frame.loc[1, "review"] = "Zebras never seen in training, and UPPER case"
+    trained = _trained_on(spec, _as_ray_hands_it(pa.Table.from_pandas(frame, preserve_index=False)))
+    model = _served(spec.to_dict(), MLP, frame, tmp_path)
+    _assert_same(_network_input(model, frame.drop(columns=["topic"])), trained["features"])
+    text = trained["features"][:, 1:]
+    assert not text[0].any() and text[1].any()  # the missing text: zeros; unseen words hash
+    np.testing.assert_allclose(np.linalg.norm(text[1:], axis=1), 1.0, rtol=1e-5)
+    schema = model.metadata.get_input_schema().inputs
+    assert {c.name: getattr(c.type, "name", str(c.type)) for c in schema}["review"] == "string"
 
 
 def _images() -> tuple[np.ndarray, np.ndarray]:

@@ -31,10 +31,11 @@ class DataConfig(Section):
 
     source: str = Field(
         BUILTIN_DIGITS,
-        description="builtin:digits|diabetes|penguins, or a parquet/CSV file or directory (local or s3://)",
+        description="builtin:digits|diabetes|penguins|bbc_news, or a parquet, CSV or JSON-lines "
+        "file or directory (local or s3://)",
     )
-    format: Literal["auto", "parquet", "csv"] = Field(
-        "auto", description="file format; auto infers it from the suffix"
+    format: Literal["auto", "parquet", "csv", "json"] = Field(
+        "auto", description="file format (json: JSON lines); auto infers it from the suffix"
     )
     label_column: str = Field("label", min_length=1, description="the column to predict")
     feature_columns: list[str] | None = Field(
@@ -43,7 +44,14 @@ class DataConfig(Section):
     columns: dict[str, Literal["numeric", "categorical", "datetime", "text", "ignore"]] = Field(
         default_factory=dict,
         description="a column's role where inference should not decide (e.g. an int code as "
-        "categorical, a text column as datetime, a column to leave out)",
+        "categorical, a text column as datetime, short strings as free text, a column to leave "
+        "out)",
+    )
+    text_features: int = Field(
+        4096,
+        ge=16,
+        le=2**20,
+        description="hashed n-gram buckets per free-text column (model.kind mlp or custom)",
     )
     missing: Literal["impute", "error"] = Field(
         "impute",

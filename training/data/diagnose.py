@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from training.data.schema import FIX_FILE, Plan, csv_options, is_network
+from training.data.formats import iter_batches
+from training.data.schema import FIX_FILE, Plan, is_network, read_types
 from training.errors import DataValidationError, one_line
 from training.storage import filesystem
 
@@ -70,9 +71,8 @@ def _diagnose(file: str, plan: Plan, endpoint_url: str | None) -> str | None:
 def _pieces(
     file: str, plan: Plan, endpoint_url: str | None, columns: list[str], at: list[str]
 ) -> Iterator[pa.Table | pa.RecordBatch]:
-    """The rows of a file in order: parquet row groups, CSV blocks. ``at[0]`` names the piece
-    being read (so an error, or a caller, can say where)."""
-    import pyarrow.csv as pacsv
+    """The rows of a file in order: parquet row groups, CSV and JSON blocks. ``at[0]`` names the
+    piece being read (so an error, or a caller, can say where)."""
     import pyarrow.parquet as pq
 
     fs, path = filesystem(file, endpoint_url)
@@ -83,13 +83,8 @@ def _pieces(
             at[0] = f"row group {index} of {groups}"
             yield parquet.read_row_group(index, columns=columns)
         return
-    with fs.open_input_stream(path) as stream:
-        include = {"include_columns": columns}
-        options = csv_options(plan)["convert_options"]
-        convert = pacsv.ConvertOptions(
-            column_types=options.column_types, strings_can_be_null=True, **include
-        )
-        yield from pacsv.open_csv(stream, convert_options=convert)
+    types = {c: t for c, t in read_types(plan).items() if c in columns}
+    yield from iter_batches(fs, path, plan.fmt, columns, types)
 
 
 def locate_missing_labels(files: list[str], plan: Plan, endpoint_url: str | None) -> str | None:

@@ -1,6 +1,7 @@
 """A table's fitted transform state, from the summary of the training split: the final column
-roles (string columns found id-like or free text are left out, and said so), medians and
-missing flags, vocabularies, datetime years, and the per-position mean/std/cardinality."""
+roles (string columns found id-like are left out, and said so; free text is hashed), medians and
+missing flags, vocabularies, datetime years, the text columns, and the per-position
+mean/std/cardinality."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 
 from training.config import DataConfig
 from training.data.fitting import TableFit, vocabulary
-from training.data.roles import REASONS, UNSUPPORTED
+from training.data.roles import FEATURE_ROLES, REASONS, UNSUPPORTED
 from training.data.schema import Plan
 from training.errors import DataValidationError
 from training.model.trainflow_pyfunc.transform_steps import DATETIME_WIDTH, RESERVED
@@ -48,23 +49,31 @@ def _check_not_empty(fit: TableFit, plan: Plan) -> None:
         )
 
 
-def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
-    """The fitted state of a table (train split only), plain data for the spec."""
-    _check_not_empty(fit, plan)
+def _final_roles(fit: TableFit, data: DataConfig, plan: Plan) -> tuple[dict, dict]:
+    """(column -> role, column -> why it is not used): the plan's roles from the types, a string
+    column not declared turned id-like or text by its values."""
     roles = dict(plan.hash_roles)
     ignored = dict(plan.ignored)
     for column, role in roles.items():
         found = None if data.columns.get(column) else fit.string_role(column)
         if role == "categorical" and found:
             roles[column] = found
-            ignored[column] = REASONS[found]
+            if found in REASONS:
+                ignored[column] = REASONS[found]
     for column, reason in plan.ignored.items():
         roles[column] = "ignore" if reason == REASONS["ignore"] else UNSUPPORTED
-    used = [c for c, r in roles.items() if r in ("numeric", "categorical", "datetime")]
-    if not used:
+    if not any(r in FEATURE_ROLES for r in roles.values()):
         raise DataValidationError(
             f"no feature column is left: {ignored}; declare a column's role in data.columns"
         )
+    return roles, ignored
+
+
+def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
+    """The fitted state of a table (train split only), plain data for the spec."""
+    _check_not_empty(fit, plan)
+    roles, ignored = _final_roles(fit, data, plan)
+    used = [c for c, r in roles.items() if r in FEATURE_ROLES]
     numeric = plan.features or []
     n, mean, m2 = (np.asarray(v, dtype=np.float64) for v in fit.numeric)
     gaps = np.asarray(fit.gaps).tolist()
@@ -89,8 +98,13 @@ def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
         years[column] = year_mean
         state.mean += [year_mean] + [0.0] * (DATETIME_WIDTH - 1)
         state.std += [_std(count, year_m2)] + [1.0] * (DATETIME_WIDTH - 1)
+    texts = [c for c in used if roles[c] == "text"]
+    # Hashed text passes through the normalisation: mean 0, std 1 keep its zeros zeros.
+    state.mean += [0.0] * (data.text_features * len(texts))
+    state.std += [1.0] * (data.text_features * len(texts))
     cards = [len(v) + RESERVED for v in categories.values()]
     width = len(numeric) + len(indicators)
+    after = DATETIME_WIDTH * len(dates) + data.text_features * len(texts)
     state.fields = {
         "medians": [fit.median(i) for i in range(len(numeric))] if impute else [],
         "indicator_columns": indicators,
@@ -98,6 +112,8 @@ def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
         "datetime_columns": dates,
         "datetime_years": years,
         "column_roles": roles,
-        "cardinalities": [0] * width + cards + [0] * (DATETIME_WIDTH * len(dates)),
+        "text_columns": texts,
+        "text_features": data.text_features if texts else 0,
+        "cardinalities": [0] * width + cards + [0] * after,
     }
     return state

@@ -13,26 +13,29 @@ import pyarrow.fs as pafs
 
 from training.config import BUILTIN_DIGITS, DataConfig, ModelConfig
 from training.data.builtin import (
+    BUILTIN_BBC_NEWS,
     BUILTIN_DIABETES,
     BUILTIN_PENGUINS,
     DIGITS32,
+    ensure_bbc_news,
     ensure_diabetes,
     ensure_digits,
     ensure_digits32,
     ensure_penguins,
 )
+from training.data.formats import SUFFIXES
 from training.errors import DataValidationError, ServiceUnreachableError, StorageError
 from training.storage import filesystem, is_remote, join, trainflow_home, upload_file
 
 # Bump when the output of preprocessing changes for the same input and config: old caches die.
 PREPROCESS_VERSION = "2"
-_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 #: The bundled data sets: name -> the function that writes them under the home.
 BUILTIN = {
     BUILTIN_DIGITS: ensure_digits,
     DIGITS32: ensure_digits32,
     BUILTIN_DIABETES: ensure_diabetes,
     BUILTIN_PENGUINS: ensure_penguins,
+    BUILTIN_BBC_NEWS: ensure_bbc_news,
 }
 
 
@@ -82,7 +85,7 @@ def resolve_inputs(
         files = [_uri(source, path)]
         input_format(data, files)  # fail now on an unknown suffix
         return files
-    wanted = {s for s, f in _SUFFIXES.items() if data.format in ("auto", f)}
+    wanted = {s for s, f in SUFFIXES.items() if data.format in ("auto", f)}
     found = []
     for entry in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
         relative = entry.path[len(path) :].lstrip("/")
@@ -101,21 +104,22 @@ def resolve_inputs(
 
 
 def input_format(data: DataConfig, files: list[str]) -> str:
-    """``parquet`` or ``csv``: ``data.format``, else every file's suffix (which must agree)."""
+    """``parquet``, ``csv`` or ``json`` (lines): ``data.format``, else every file's suffix (which
+    must agree)."""
     if data.format != "auto":
         return data.format
     formats = set()
     for file in files:
         suffix = os.path.splitext(file)[1].lower()
-        if suffix not in _SUFFIXES:
+        if suffix not in SUFFIXES:
             raise DataValidationError(
                 f"cannot tell the format of {file!r} from its suffix {suffix!r}; "
-                "set data.format to parquet or csv"
+                "name the file .parquet, .csv or .jsonl, or set data.format to parquet, csv or json"
             )
-        formats.add(_SUFFIXES[suffix])
+        formats.add(SUFFIXES[suffix])
     if len(formats) > 1:
         raise DataValidationError(
-            f"{data.source!r} mixes parquet and CSV files; keep one format there, or set "
+            f"{data.source!r} mixes {sorted(formats)} files; keep one format there, or set "
             "data.format to read only one of them"
         )
     return formats.pop()

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow.fs as pafs
 
+from training.data.formats import iter_batches, ray_read, read_table
 from training.data.rows import sample_keys
-from training.data.schema import Plan, csv_options
+from training.data.schema import Plan, read_types
 from training.data.token_lists import is_token_lists, padded_lists
 from training.errors import StorageError
 from training.manifest import FEATURES, LABEL, SAMPLE_ID, Manifest
@@ -60,7 +61,7 @@ def input_bytes(files: list[str], endpoint_url: str | None) -> int:
 
 def read_input(files: list[str], plan: Plan, endpoint_url: str | None) -> ray.data.Dataset:
     """The input files as a Ray Dataset of the plan's columns (lazy: nothing is read yet)."""
-    return _read(files, plan.fmt, endpoint_url, plan.columns, csv_options(plan))
+    return _read(files, plan.fmt, endpoint_url, plan.columns, read_types(plan))
 
 
 def read_input_here(files: list[str], plan: Plan, endpoint_url: str | None) -> ray.data.Dataset:
@@ -68,57 +69,43 @@ def read_input_here(files: list[str], plan: Plan, endpoint_url: str | None) -> r
     them (files may differ in numeric widths), put in the object store with
     ``ray.data.from_arrow``: the same rows and columns as ``read_input`` materialized, without
     Ray Data's listing, footer and read tasks (about 6 s of worker start-up on digits)."""
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
     import ray.data
 
     tables = []
     for file in files:
         fs, path = filesystem(file, endpoint_url)
-        if plan.fmt == "parquet":
-            tables.append(pq.read_table(path, filesystem=fs, columns=plan.columns))
-        else:
-            with fs.open_input_stream(path) as stream:
-                tables.append(pacsv.read_csv(stream, **csv_options(plan)))
+        tables.append(read_table(fs, path, plan.fmt, plan.columns, read_types(plan)))
     return ray.data.from_arrow(tables)
 
 
 def input_batches(files: list[str], plan: Plan, endpoint_url: str | None):
     """The input's plan columns as pandas batches, file by file, read here with pyarrow
     (no Ray): for the few raw rows of a split, or a small split scored in this process."""
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
     for file in files:
         fs, path = filesystem(file, endpoint_url)
-        if plan.fmt == "parquet":
-            with fs.open_input_file(path) as handle:
-                reader = pq.ParquetFile(handle)
-                for batch in reader.iter_batches(batch_size=4096, columns=plan.columns):
-                    yield batch.to_pandas()
-            continue
-        with fs.open_input_stream(path) as stream:
-            for batch in pacsv.open_csv(stream, **csv_options(plan)):
-                yield batch.to_pandas()
+        for batch in iter_batches(fs, path, plan.fmt, plan.columns, read_types(plan)):
+            yield batch.to_pandas()
 
 
 def read_raw(files: list[str], fmt: str, endpoint_url: str | None = None) -> ray.data.Dataset:
     """New raw rows (every column) as a Ray Dataset, read like the training input."""
-    return _read(files, fmt, endpoint_url, None, {})
+    return _read(files, fmt, endpoint_url, None, None)
 
 
 def _read(
-    files: list[str], fmt: str, endpoint_url: str | None, columns: list[str] | None, csv: dict
+    files: list[str],
+    fmt: str,
+    endpoint_url: str | None,
+    columns: list[str] | None,
+    types: dict | None,
 ) -> ray.data.Dataset:
-    import ray.data
-
     fs, paths = None, files
     if is_remote(files[0]):
         fs = filesystem(files[0], endpoint_url)[0]
         paths = [filesystem(f, endpoint_url)[1] for f in files]
     if fmt == "parquet":
         return _read_parquet(paths, fs, columns)
-    return ray.data.read_csv(paths, filesystem=fs, file_extensions=None, partitioning=None, **csv)
+    return ray_read(paths, fs, fmt, columns, types)
 
 
 def _split_files(manifest: Manifest, split: str, endpoint_url: str | None):

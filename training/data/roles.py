@@ -3,8 +3,9 @@
 pass: a string column of distinct short codes is id-like, long strings with spaces are free text).
 
 Roles: numeric, categorical (strings, bools, dictionaries; an int column when declared),
-datetime (timestamps and dates; a string column when declared); a column not used is named with
-its reason, never dropped silently.
+datetime (timestamps and dates; a string column when declared), text (free text: inferred from
+the values, or a string column declared ``text``); a column not used is named with its reason,
+never dropped silently.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ from training.errors import DataValidationError
 #: Why a column is not used, per role that leaves it out (printed and logged).
 REASONS = {
     "id-like": "id-like (a distinct short code in nearly every row)",
-    "text": "free text, not used yet (see the text issue)",
     "ignore": "data.columns says ignore",
 }
 #: A role ``column_roles`` records for a column whose type no role reads.
 UNSUPPORTED = "unsupported type"
-FEATURE_ROLES = ("numeric", "categorical", "datetime")
+FEATURE_ROLES = ("numeric", "categorical", "datetime", "text")
 
 
 def type_role(dtype: pa.DataType) -> str | None:
@@ -86,20 +86,21 @@ def _check_declared(
     file: str, column: str, role: str, dtype: pa.DataType, fmt: str, endpoint_url: str | None
 ) -> None:
     """A declared role the column's type can hold: numbers for numeric, text or dates for
-    datetime (a parquet file's text is read and checked per value later)."""
+    datetime, strings for text (a parquet file's text is read and checked per value later)."""
     found = type_role(dtype)
+    strings = pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
+    if role == "text" and not strings and not pa.types.is_null(dtype):
+        example = first_value(file, column, fmt, endpoint_url)
+        raise DataValidationError(
+            f"column {column!r} is declared text but holds {dtype} values in {file} (e.g. "
+            f"{example!r}); a text column holds strings: declare it numeric or categorical "
+            "in data.columns"
+        )
     if role == "numeric" and found != "numeric" and not pa.types.is_boolean(dtype):
         example = first_value(file, column, fmt, endpoint_url)
         raise DataValidationError(
             f"column {column!r} is declared numeric but holds text in {file} (type {dtype}, e.g. "
             f"{example!r}); fix the values, or declare it categorical in data.columns"
-        )
-    if role == "text" and not (
-        pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_null(dtype)
-    ):
-        raise DataValidationError(
-            f"column {column!r} is declared text but holds {dtype} values in {file}, not "
-            "strings; declare the column that holds the text, or convert it to strings"
         )
     if role == "datetime" and found == "numeric" and not pa.types.is_null(dtype):
         raise DataValidationError(
@@ -110,16 +111,11 @@ def _check_declared(
 
 def first_value(file: str, column: str, fmt: str, endpoint_url: str | None) -> Any:
     """The first non-empty value of a column (for an error message), or None."""
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
+    from training.data.formats import iter_batches
     from training.storage import filesystem
 
     fs, path = filesystem(file, endpoint_url)
-    if fmt == "parquet":
-        batches = pq.ParquetFile(path, filesystem=fs).iter_batches(columns=[column])
-    else:
-        batches = pacsv.open_csv(fs.open_input_stream(path))
+    batches = iter_batches(fs, path, fmt, [column])
     for batch in batches:
         values = [v for v in batch.column(batch.schema.get_field_index(column)).to_pylist() if v]
         if values:
@@ -128,13 +124,11 @@ def first_value(file: str, column: str, fmt: str, endpoint_url: str | None) -> A
 
 
 def role_line(roles: dict[str, str]) -> str:
-    """``4 numeric, 2 categorical, 1 datetime, 1 id-like ignored`` (the preprocess line)."""
+    """``4 numeric, 2 categorical, 1 datetime, 1 text, 1 id-like ignored`` (the preprocess
+    line)."""
     parts = []
-    for role in (*FEATURE_ROLES, "id-like", "text", "ignore", UNSUPPORTED):
+    for role in (*FEATURE_ROLES, "id-like", "ignore", UNSUPPORTED):
         n = sum(1 for r in roles.values() if r == role)
         if n:
-            suffix = (
-                "" if role in FEATURE_ROLES else (" not used" if role == "text" else " ignored")
-            )
-            parts.append(f"{n} {'free-text' if role == 'text' else role}{suffix}")
+            parts.append(f"{n} {role}{'' if role in FEATURE_ROLES else ' ignored'}")
     return ", ".join(parts)

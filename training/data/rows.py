@@ -114,7 +114,7 @@ def raw_values(batch: pd.DataFrame, roles: dict[str, str]) -> pd.DataFrame:
     with _as_data_errors():
         frame = pd.DataFrame(transform.numbers(batch, numeric))
         for column, role in roles.items():
-            if role in ("categorical", "text"):  # a declared text column hashes as its text
+            if role in ("categorical", "text"):  # declared text hashes as inferred text does
                 keys = category_keys(batch[column])
                 frame[frame.shape[1]] = keys.to_numpy(dtype=object, na_value=None)
             elif role == "datetime":

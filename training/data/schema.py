@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 
 from training.config import DataConfig
 from training.data.columns import check_image_shape, require_columns
+from training.data.formats import file_schema
 from training.data.roles import table_roles
 from training.errors import DataValidationError, ServiceUnreachableError
 from training.storage import filesystem
@@ -62,38 +62,23 @@ def is_numeric(dtype: pa.DataType) -> bool:
     )
 
 
-def csv_options(plan: Plan) -> dict[str, Any]:
-    """Keyword arguments of a CSV read that yields the plan's columns with fixed types."""
-    import pyarrow.csv as pacsv
-
-    # Fixed feature types: blocks (and files) whose inference differs (int vs float) still concat.
-    # strings_can_be_null: an empty label cell is a missing label, not a class named "".
+def read_types(plan: Plan) -> dict[str, pa.DataType]:
+    """The fixed Arrow type of each feature column a CSV or JSON read yields: blocks (and files)
+    whose inference differs (int against float) still concatenate."""
     types = {
         "numeric": pa.float64(),
         "categorical": pa.string(),
         "datetime": pa.string(),
         "text": pa.string(),
     }
-    options = pacsv.ConvertOptions(
-        column_types={c: types[r] for c, r in plan.hash_roles.items()},
-        include_columns=plan.columns,
-        strings_can_be_null=True,
-    )
-    return {"convert_options": options}
+    return {c: types[r] for c, r in plan.hash_roles.items() if r in types}
 
 
 def _file_schema(file: str, fmt: str, endpoint_url: str | None) -> tuple[pa.Schema, int | None]:
     """(schema, rows) from a parquet footer, or (schema, None) from a CSV's first block."""
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
     fs, path = filesystem(file, endpoint_url)
     try:
-        if fmt == "parquet":
-            meta = pq.read_metadata(path, filesystem=fs)
-            return meta.schema.to_arrow_schema(), meta.num_rows
-        with fs.open_input_stream(path) as stream:
-            return pacsv.open_csv(stream).schema, None
+        return file_schema(fs, path, fmt)
     except (pa.ArrowInvalid, OSError) as exc:
         if is_network(exc):
             raise ServiceUnreachableError(

@@ -100,15 +100,10 @@ def preview_spec(config: PipelineConfig, files: list[str], manifest: Manifest | 
 
 
 def _read_column(file: str, fmt: str, column: str, endpoint: str | None):
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
+    from training.data.formats import read_table
 
     fs, path = filesystem(file, endpoint)
-    if fmt == "parquet":
-        return pq.read_table(path, columns=[column], filesystem=fs).column(column)
-    with fs.open_input_stream(path) as stream:
-        options = pacsv.ConvertOptions(include_columns=[column], strings_can_be_null=True)
-        return pacsv.read_csv(stream, convert_options=options).column(column)
+    return read_table(fs, path, fmt, [column]).column(column)
 
 
 def _distinct_labels(files: list[str], fmt: str, label: str, endpoint: str | None) -> int:

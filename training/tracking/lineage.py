@@ -29,12 +29,16 @@ def log_datasets(tracker: Tracker, run_id: str, manifest: Manifest, splits: list
     from mlflow.entities import DatasetInput, InputTag
     from mlflow.types import ColSpec, DataType, Schema
 
+    from training.model.trainflow_pyfunc.transform import input_columns
+
     spec = manifest.spec
-    if spec.tokens:  # a text model reads its text column alone
-        schema = Schema([ColSpec(DataType.string, spec.tokens["column"])])
-    else:
-        columns = [spec.image_column] if spec.image_column else list(spec.feature_columns or [])
-        schema = Schema([ColSpec(DataType.double, c) for c in columns]) if columns else None
+    columns = [spec.image_column] if spec.image_column else input_columns(spec.to_dict())
+    # Every raw column read (a table of text or categories alone has no numeric one).
+    types = {"categorical": DataType.string, "text": DataType.string}
+    types["datetime"] = DataType.datetime
+    schema = Schema(
+        [ColSpec(types.get(spec.column_roles.get(c), DataType.double), c) for c in columns]
+    )
     inputs = []
     for split in splits:
         dataset = MetaDataset(

@@ -9,12 +9,13 @@ The features are a row of *steps*, each a plain-data pair (kind, columns) read f
 applied by the function registered for its kind (``transform_steps.py``): ``numeric`` columns as
 float64 (a gap filled with the train median), ``missing`` 0/1 indicators of those gaps,
 ``categorical`` columns as one integer code each (0 other/unknown, 1 missing, 2.. the fitted
-vocabulary), ``datetime`` columns as year and cyclical month/weekday/hour, an ``image`` column of
+vocabulary), ``datetime`` columns as year and cyclical month/weekday/hour, ``text`` columns as a
+hashed bag of word and character n-grams (``text_features.py``), an ``image`` column of
 equal-length arrays flattened. Their matrix is then checked finite and normalised by the train
-split's mean and std (a categorical code has mean 0, std 1: it stays an exact integer). A new kind
-of column is one more step, not a second path. A Hugging Face model's ``tokens`` step
-(``tokens.py``) is the one step whose rows differ in length: its token ids are not normalised,
-and each batch is padded where it is made.
+split's mean and std (a categorical code and a hashed text position have mean 0, std 1: they
+pass through unchanged). A new kind of column is one more step, not a second path. A Hugging Face
+model's ``tokens`` step (``tokens.py``) is the one step whose rows differ in length: its token
+ids are not normalised, and each batch is padded where it is made.
 
 Every refusal is a :class:`TransformError` naming the column: training raises it as a
 ``DataValidationError``, the served model as MLflow's HTTP 400.
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .text_features import hashed_text, text_width
 from .tokens import token_ids, tokens_state
 from .transform_steps import DATETIME_WIDTH, TransformError, categorical_codes, datetime_parts
 
@@ -59,6 +61,7 @@ def feature_steps(spec: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
         ("missing", "indicator_columns"),
         ("categorical", "categories"),
         ("datetime", "datetime_columns"),
+        ("text", "text_columns"),
     ):
         if spec.get(key):
             steps.append((kind, list(spec[key])))
@@ -162,6 +165,7 @@ STEPS: dict[str, Callable[[pd.DataFrame, list[str], Mapping[str, Any]], np.ndarr
     "categorical": categorical_codes,
     "datetime": datetime_parts,
     "image": _image,
+    "text": hashed_text,
     "tokens": token_ids,  # an object array [n] of int32 ids per row, not a matrix
 }
 
@@ -214,7 +218,7 @@ def position_names(spec: Mapping[str, Any]) -> list[str]:
         return [spec["image_column"]] * math.prod(spec["input_shape"])
     names: list[str] = []
     for kind, columns in feature_steps(spec):
-        width = DATETIME_WIDTH if kind == "datetime" else 1
+        width = {"datetime": DATETIME_WIDTH, "text": text_width(spec)}.get(kind, 1)
         names += [column for column in columns for _ in range(width)]
     return names
 

@@ -96,4 +96,5 @@ def cardinalities(spec: Mapping[str, Any]) -> list[int]:
     width = len(spec.get("feature_columns") or []) + len(spec.get("indicator_columns") or [])
     cats = [len(v) + RESERVED for v in (spec.get("categories") or {}).values()]
     dates = DATETIME_WIDTH * len(spec.get("datetime_columns") or [])
-    return [0] * width + cats + [0] * dates
+    text = int(spec.get("text_features") or 0) * len(spec.get("text_columns") or [])
+    return [0] * width + cats + [0] * (dates + text)
