@@ -187,3 +187,16 @@ def test_a_tokenizer_with_more_tokens_than_the_model_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"the tokenizer has \d+ tokens but the model's vocab"):
         check_hf(config)
     check_hf(_config(tmp_path, config=TINY_BERT, tokenizer=str(tmp_path / "tok")))
+
+
+def test_a_model_directory_without_a_tokenizer_says_how_to_get_one(tmp_path):
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from training.stages.preflight import check_hf
+
+    model = AutoModelForSequenceClassification.from_config(AutoConfig.for_model(**TINY_BERT))
+    model.save_pretrained(tmp_path / "bare")
+    config = _config(tmp_path, name_or_path=str(tmp_path / "bare"))
+    with pytest.raises(ConfigError, match="set model.hf.tokenizer: train to fit one"):
+        check_hf(config)
+    check_hf(_config(tmp_path, name_or_path=str(tmp_path / "bare"), tokenizer="train"))

@@ -15,12 +15,13 @@ from training.errors import ConfigError, one_line
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
-def _unreachable(key: str, name: str, exc: BaseException) -> ConfigError:
-    where = "is not a directory" if not os.path.isdir(name) else "is a directory but"
+def _unreachable(key: str, name: str, exc: BaseException, what: str = "model") -> ConfigError:
+    where = "is not a directory and" if not os.path.isdir(name) else "is a directory but"
+    fix = "; or set model.hf.tokenizer: train to fit one on the data" if what != "model" else ""
     return ConfigError(
-        f"{key}={name!r} {where} could not be loaded as a Hugging Face model from a local "
+        f"{key}={name!r} {where} could not be loaded as a Hugging Face {what} from a local "
         f"directory or the hub ({one_line(exc, limit=200)}); a hub id needs the network (and "
-        "HF_HUB_OFFLINE unset) once, or give a local directory written by save_pretrained"
+        f"HF_HUB_OFFLINE unset) once, or give a local directory written by save_pretrained{fix}"
     )
 
 
@@ -56,8 +57,17 @@ def pretrained_tokenizer(name: str) -> Any:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError) as exc:
-        raise _unreachable("model.hf.tokenizer", name, exc) from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise _unreachable("model.hf.tokenizer", name, exc, "tokenizer") from None
+    words = tokenizer.backend_tokenizer.get_vocab_size() if tokenizer.is_fast else 0
+    if tokenizer.is_fast and words <= len(set(tokenizer.all_special_ids)):
+        # transformers builds an empty tokenizer for a model directory without tokenizer files:
+        # every word would be [UNK].
+        raise ConfigError(
+            f"model.hf.tokenizer={name!r} has no vocabulary ({words} tokens, all special): the "
+            "directory holds no tokenizer files; give a tokenizer directory, or set "
+            "model.hf.tokenizer: train to fit one on the data"
+        )
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(
             f"model.hf.tokenizer={name!r} has no fast (Rust) tokenizer; trainflow serialises "
