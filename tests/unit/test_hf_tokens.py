@@ -153,3 +153,38 @@ def test_a_text_model_needs_exactly_one_text_column():
         text_column(plan, Stats(), config)
     declared = validate_config({"model": hf, "data": {"columns": {"code": "text"}}})
     assert text_column(plan, Stats(), declared) == "code"
+
+
+class _Batches:
+    """Enough of a Ray Dataset for ``scan_texts``: map_batches over one pandas batch, and
+    to_pandas as Ray Data gives it (no columns at all when every batch returned no rows)."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self.frame = frame
+
+    def map_batches(self, fn, batch_format, fn_kwargs):
+        assert batch_format == "pandas"
+        return _Batches(fn(self.frame, **fn_kwargs))
+
+    def to_pandas(self) -> pd.DataFrame:
+        return self.frame if len(self.frame) else pd.DataFrame()
+
+
+def _scan(frame: pd.DataFrame, keep: bool) -> list[str]:
+    from training.config import validate_config
+    from training.data.schema import Plan
+    from training.data.text_spec import scan_texts
+
+    plan = Plan("parquet", "topic", [], None, {"text": "categorical"})
+    config = validate_config({"data": {"label_column": "topic"}})
+    return scan_texts(_Batches(frame), plan, config, "text", keep)
+
+
+def test_scanning_keeps_train_texts_in_a_fixed_order_and_refuses_non_text(table):
+    kept = _scan(table, keep=True)
+    assert 0 < len(kept) < len(table) and set(kept) <= set(table["text"])
+    assert _scan(table.iloc[::-1].reset_index(drop=True), keep=True) == kept  # order-free
+    assert _scan(table, keep=False) == []  # a pretrained tokenizer: nothing kept, all checked
+    bad = table.assign(text=table["text"].where(table.index != 3, None))
+    with pytest.raises(DataValidationError, match=r"text column 'text' holds 1 value\(s\)"):
+        _scan(bad, keep=False)

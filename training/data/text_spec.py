@@ -79,6 +79,8 @@ def scan_texts(
     split = config.data.split
     kwargs = {"plan": plan, "seed": split.seed, "split": split, "column": column, "keep": keep}
     frame = ds.map_batches(_texts, batch_format="pandas", fn_kwargs=kwargs).to_pandas()
+    if frame.empty:  # no row of interest: every text is fine and none is kept
+        return []
     bad = frame["bad"][frame["bad"] != ""]
     if len(bad):
         raise DataValidationError(
