@@ -188,3 +188,31 @@ def test_scanning_keeps_train_texts_in_a_fixed_order_and_refuses_non_text(table)
     bad = table.assign(text=table["text"].where(table.index != 3, None))
     with pytest.raises(DataValidationError, match=r"text column 'text' holds 1 value\(s\)"):
         _scan(bad, keep=False)
+
+
+def test_the_served_model_scores_texts_in_batches_padded_each_to_its_own_length(tokens, table):
+    from training.model.trainflow_pyfunc import model as served
+    from training.model.trainflow_pyfunc.networks import build_network
+
+    spec = text_spec(tokens)
+    network = build_network(hf_model_config(), [16], 3, "classification", None, tokens)
+    state = {"model": network.state_dict(), "spec": spec, "model_config": hf_model_config()}
+    model = served.TrainflowModel()
+    model.load_state(state)
+    whole = model.predict(None, table[["text"]])
+    seen = []
+    hook = model.network.register_forward_pre_hook(lambda _, args: seen.append(args[0].shape))
+    short = table[["text"]].copy()
+    short.loc[0, "text"] = "Short one."
+    original, served.TEXT_BATCH = served.TEXT_BATCH, 1
+    try:
+        batched = model.predict(None, table[["text"]])
+        model.predict(None, short.head(1))
+    finally:
+        served.TEXT_BATCH = original
+        hook.remove()
+    assert len(seen) == len(table) + 1 and seen[-1][1] < 16  # the short text: its own length
+    assert batched["prediction"].tolist() == whole["prediction"].tolist()
+    assert np.allclose(
+        batched[["business", "sports", "tech"]], whole[["business", "sports", "tech"]], atol=1e-5
+    )

@@ -38,6 +38,8 @@ from .transform import transform as raw_to_tensors
 PREDICTION = "prediction"
 #: The name of the state file among the model's artifacts.
 STATE_ARTIFACT = "state"
+#: Rows per forward pass of a text model's network.
+TEXT_BATCH = 64
 
 
 def bad_input(message: str) -> MlflowException:
@@ -99,23 +101,34 @@ class TrainflowModel(mlflow.pyfunc.PythonModel):
         self.regression = is_regression(spec)
 
     def features(self, frame: pd.DataFrame) -> np.ndarray:
-        """The network's input (float32 [rows, width]) for a raw table: training's transform;
-        a text's token ids padded to the longest row (int64)."""
+        """The network's input (float32 [rows, width]) for a raw table: training's transform
+        (a text's token ids: one array per row, padded per batch by :meth:`_outputs`)."""
         try:
             check_columns(frame, self.spec)
             if len(frame) == 0:
                 raise TransformError("the input table has no rows; send at least one row")
-            features = raw_to_tensors(frame, self.spec, with_labels=False)[FEATURES]
+            return raw_to_tensors(frame, self.spec, with_labels=False)[FEATURES]
         except TransformError as exc:
             raise bad_input(str(exc)) from None
-        return padded(features) if tokens_state(self.spec) else features
+
+    def _batches(self, features: np.ndarray):
+        """The network's input in batches: all rows at once, or a text's token ids in batches
+        of TEXT_BATCH rows, each padded to its own longest row (a transformer's memory grows
+        with rows x length)."""
+        if not tokens_state(self.spec):
+            yield features
+            return
+        for first in range(0, len(features), TEXT_BATCH):
+            yield padded(features[first : first + TEXT_BATCH])
 
     def _outputs(self, frame: pd.DataFrame) -> np.ndarray:
         """The network's raw outputs (float32 [rows, outputs]) for a raw table."""
-        features = self.features(frame)
+        parts = []
         with torch.no_grad():
-            outputs = self.network(torch.from_numpy(features).to(self.device))
-            return outputs.float().cpu().numpy()
+            for batch in self._batches(self.features(frame)):
+                outputs = self.network(torch.from_numpy(batch).to(self.device))
+                parts.append(outputs.float().cpu().numpy())
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def values(self, frame: pd.DataFrame) -> np.ndarray:
         """A regression's predictions (float64 [rows]) in the label's own unit."""
