@@ -139,15 +139,27 @@ def test_fsdp_wraps_each_transformer_layer_and_keeps_frozen_params(tokens):
     assert fsdp_options(mlp) == {}
 
 
-def test_warmup_ramps_the_lr_over_its_share_of_the_epochs_then_decays():
-    from training.loop.loop import lr_factor
-
-    factors = [lr_factor(e, warm=2, cosine=True, max_epochs=4) for e in range(4)]
+def test_warmup_ramps_the_lr_over_its_share_of_the_steps_then_the_epoch_schedule_rules():
     import math
 
-    assert factors[0] == pytest.approx(0.5)  # half of the ramp, at cosine's start
-    assert factors[1] == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))  # ramped: cosine only
-    assert lr_factor(0, warm=0, cosine=False, max_epochs=4) == 1.0
+    from training.config import TrainConfig
+    from training.loop.schedule import (
+        epoch_factor,
+        optimizer_and_schedule,
+        warm_up,
+        warmup_steps,
+    )
+
+    train = TrainConfig(lr=0.1, batch_size=10, warmup_ratio=0.25)
+    assert warmup_steps(train, max_epochs=4, train_rows=95) == 10  # 0.25 x 4 epochs x 10 steps
+    assert warmup_steps(train.model_copy(update={"warmup_ratio": 0.0}), 4, 95) == 0
+    optimizer, scheduler = optimizer_and_schedule(torch.nn.Linear(2, 2), train, max_epochs=4)
+    warm_up(optimizer, scheduler, step=5, steps=10)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+    scheduler.step()  # epoch 1: cosine's closed form, whatever the warm-up wrote
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * epoch_factor(1, True, 4))
+    warm_up(optimizer, scheduler, step=12, steps=10)  # past the ramp: the epoch's own LR
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05 * (1 + math.cos(math.pi / 4)))
 
 
 def _config(tmp_path, **hf):

@@ -83,7 +83,7 @@ class TrainConfig(Section):
     weight_decay: float = Field(1e-4, ge=0, description="AdamW weight decay")
     lr_schedule: Literal["constant", "cosine"] = Field("cosine", description="constant | cosine")
     warmup_ratio: float = Field(
-        0.0, ge=0, lt=1, description="fraction of the epochs over which the LR ramps up linearly"
+        0.0, ge=0, lt=1, description="fraction of the optimizer steps the LR ramps up over"
     )
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
     max_failures: int = Field(1, ge=-1, description="worker-group restarts allowed; -1 = forever")

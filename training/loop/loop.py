@@ -8,7 +8,6 @@ validation, and the state each checkpoint keeps.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from training.config import PipelineConfig, validate_config
 from training.errors import TrainingDivergedError
 from training.loop import sharding
 from training.loop.contexts import LoopContext, TrainContext, epoch_seed
+from training.loop.schedule import optimizer_and_schedule, steps_per_epoch, warm_up, warmup_steps
 from training.manifest import FeatureSpec
 from training.metrics import regression_metrics, worst
 from training.model.hf_model import checkpoint_model_config
@@ -87,6 +87,8 @@ class _Run:
     micro_rows: int = 1  # per forward pass
     loss_fn: nn.Module = field(default_factory=lambda: nn.CrossEntropyLoss(reduction="sum"))
     model_config: dict[str, Any] = field(default_factory=dict)  # as checkpoints record it
+    steps_per_epoch: int = 0
+    warmup_steps: int = 0  # optimizer steps the LR ramps up over (train.warmup_ratio)
 
 
 @dataclass
@@ -110,7 +112,9 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
     run.model = ctx.prepare_model(run.model)
     if sharding.is_sharded(run.model):  # FSDP swapped in flat shards: step those instead
         scheduler_state = run.scheduler.state_dict()
-        run.optimizer, run.scheduler = _optimizer(run.model, run.config.train, run.max_epochs)
+        run.optimizer, run.scheduler = optimizer_and_schedule(
+            run.model, run.config.train, run.max_epochs
+        )
         run.scheduler.load_state_dict(scheduler_state)
     if state is not None:
         # Now that the parameters sit on their device (a GPU with use_gpu), torch puts the
@@ -135,11 +139,12 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
     spec = FeatureSpec.from_dict(settings["spec"])
     max_epochs = int(settings["max_epochs"])
     train = config.train
+    train_rows = (settings.get("split_rows") or {}).get("train")
     seed_everything(train.seed + ctx.rank)
     model = build_model(
         config.model, spec.input_shape, spec.num_outputs, spec.task, spec.cardinalities, spec.tokens
     )
-    optimizer, scheduler = _optimizer(model, train, max_epochs)
+    optimizer, scheduler = optimizer_and_schedule(model, train, max_epochs)
     # The global batch is split across workers so results do not depend on the worker count.
     batch_rows, micro_rows = step_plan(
         train.batch_size, ctx.world_size, int(settings.get("max_workers", 1))
@@ -157,29 +162,9 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
         micro_rows=micro_rows,
         loss_fn=SquaredError() if spec.is_regression else nn.CrossEntropyLoss(reduction="sum"),
         model_config=checkpoint_model_config(config.model, model),
+        steps_per_epoch=steps_per_epoch(train, train_rows),
+        warmup_steps=warmup_steps(train, max_epochs, train_rows),
     )
-
-
-def _optimizer(model: nn.Module, train, max_epochs: int):
-    """AdamW over the model's trainable parameters (a LoRA model's adapter and head) and its LR
-    schedule."""
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=train.lr, weight_decay=train.weight_decay)
-    warm = math.ceil(train.warmup_ratio * max_epochs)
-    if train.lr_schedule == "cosine" and not warm:
-        return optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_epochs)
-    cosine = train.lr_schedule == "cosine"
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(
-        optimizer, functools.partial(lr_factor, warm=warm, cosine=cosine, max_epochs=max_epochs)
-    )
-
-
-def lr_factor(epoch: int, warm: int, cosine: bool, max_epochs: int) -> float:
-    """The LR's factor in ``epoch``: a linear ramp over the first ``warm`` epochs
-    (train.warmup_ratio of them), times the cosine decay (CosineAnnealingLR's closed form)."""
-    ramp = min(1.0, (epoch + 1) / warm) if warm else 1.0
-    decay = 0.5 * (1 + math.cos(math.pi * epoch / max_epochs)) if cosine else 1.0
-    return ramp * decay
 
 
 class SquaredError(nn.Module):
@@ -241,6 +226,9 @@ def _train_epoch(run: _Run, epoch: int, start: _Start) -> float:
     batches = run.ctx.train_batches(epoch, run.batch_rows, start.batch)
     for done, (features, labels) in enumerate(batches, start=start.batch + 1):
         run.optimizer.zero_grad(set_to_none=True)
+        if run.warmup_steps:
+            step = epoch * run.steps_per_epoch + done
+            warm_up(run.optimizer, run.scheduler, step, run.warmup_steps)
         loss_sum = accumulate_gradients(
             run.model, run.loss_fn, features, labels, run.micro_rows, bf16
         )
