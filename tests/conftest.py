@@ -16,6 +16,8 @@ def pytest_configure(config):
     test module imports Ray: Ray reads the mode once per process, so a test that joins a
     `ray start` cluster (token auth) after the mode was read as unset would be refused."""
     os.environ.setdefault("RAY_AUTH_MODE", "token")
+    # Nothing is downloaded in tests: a Hugging Face hub id must fail as it would offline.
+    os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 # The modules that take most of the suite, longest first (worker-seconds on 2 cores from the

@@ -91,7 +91,7 @@ def run(
         stack_commands.trigger_deployment(deployment, config_file, overrides)
         return
     config = _load(config_file, overrides, **{"ray.address": ray_address})
-    if config.model.kind == "custom":  # a bad factory fails in seconds, before anything starts
+    if config.model.kind in ("custom", "hf"):  # a bad model fails fast, before anything starts
         from training.stages.preflight import check_model_now
 
         check_model_now(config)
@@ -215,7 +215,7 @@ def evaluate(
             manifest = preprocess(
                 config,
                 StorageLayout.from_config(config),
-                fingerprint(config.data, files, endpoint),
+                fingerprint(config.data, files, endpoint, config.model),
                 files,
             )
             result, _ = evaluate_model(

@@ -54,6 +54,9 @@ class FeatureSpec:
     # The train split as a later run's drift check reads it (training.data.drift): per numeric
     # column a percentile sketch and its share of gaps, per categorical column value shares.
     drift_reference: dict[str, Any] = field(default_factory=dict)
+    # A text model's tokens step (``trainflow_pyfunc.tokens``): the text column, the tokenizer's
+    # JSON, max_length and pad_id. input_shape is then [max_length], mean and std are empty.
+    tokens: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_features(self) -> int:

@@ -96,7 +96,9 @@ MLFLOW_FREE = {
 # mlflow.pyfunc.PythonModel, so it imports mlflow too, and it must load where trainflow is not
 # installed: nothing but the standard library, these packages and its own modules.
 SHIPPED = "training.model.trainflow_pyfunc"
-SHIPPED_MAY_IMPORT = {"torch", "numpy", "pandas", "mlflow"}
+# A text model's network and tokens step (hf.py, tokens.py) need transformers and tokenizers,
+# imported where they are used: a table's or an image's model loads without them.
+SHIPPED_MAY_IMPORT = {"torch", "numpy", "pandas", "mlflow", "transformers", "tokenizers"}
 #: Beyond those, per file: Pillow for the image decode only (image models pin it).
 SHIPPED_FILE_MAY_IMPORT = {"images.py": {"PIL"}}
 

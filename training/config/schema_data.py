@@ -75,6 +75,9 @@ class DataConfig(Section):
         "auto", description="auto: a float label with many values is a regression, else classes"
     )
     split: SplitConfig = Field(default_factory=SplitConfig)
+    max_length: int = Field(
+        128, ge=2, description="model.kind=hf: tokens per text, longer texts are truncated"
+    )
 
     @field_validator("image_shape")
     @classmethod

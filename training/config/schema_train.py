@@ -8,26 +8,31 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from training.config.schema_base import Section
+from training.config.schema_hf import HFConfig
 
 _Width = Annotated[int, Field(gt=0)]
 _FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
 
 class ModelConfig(Section):
-    """The network: mlp (features), cnn or resnet18 (images, data.image_shape), or custom."""
+    """The network: mlp (features), cnn or resnet18 (images, data.image_shape), custom, or hf
+    (a Hugging Face model over a text column)."""
 
-    kind: Literal["mlp", "cnn", "resnet18", "custom"] = Field("mlp", description="network")
+    kind: Literal["mlp", "cnn", "resnet18", "custom", "hf"] = Field("mlp", description="network")
     factory: str | None = Field(None, description='custom: "package.module:function"')
     params: dict[str, Any] = Field({}, description="custom: the factory's kwargs (sweepable)")
     hidden_sizes: list[_Width] = Field([128, 64], min_length=1, description="MLP widths")
     channels: list[_Width] = Field([16, 32], min_length=1, description="CNN conv channels")
     cnn_hidden: int = Field(64, gt=0, description="width of the CNN's dense layer")
     dropout: float = Field(0.1, ge=0, lt=1, description="dropout probability")
+    hf: HFConfig | None = Field(None, description="hf: the Hugging Face model and tokenizer")
 
     @model_validator(mode="after")
     def _factory_for_custom(self) -> ModelConfig:
         if (self.kind == "custom") != (self.factory is not None):
             raise ValueError("model.factory goes with model.kind=custom, and custom needs it")
+        if (self.kind == "hf") != (self.hf is not None):
+            raise ValueError("model.hf goes with model.kind=hf, and hf needs it")
         if self.factory and not _FACTORY.fullmatch(self.factory):
             raise ValueError(f"model.factory={self.factory!r}: give 'package.module:function'")
         return self
@@ -77,6 +82,9 @@ class TrainConfig(Section):
     lr: float = Field(3e-3, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(1e-4, ge=0, description="AdamW weight decay")
     lr_schedule: Literal["constant", "cosine"] = Field("cosine", description="constant | cosine")
+    warmup_ratio: float = Field(
+        0.0, ge=0, lt=1, description="fraction of the optimizer steps the LR ramps up over"
+    )
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
     max_failures: int = Field(1, ge=-1, description="worker-group restarts allowed; -1 = forever")
     seed: int = Field(0, ge=0, description="seed of init, shuffling and dropout")

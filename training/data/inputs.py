@@ -11,7 +11,7 @@ import os
 
 import pyarrow.fs as pafs
 
-from training.config import BUILTIN_DIGITS, DataConfig
+from training.config import BUILTIN_DIGITS, DataConfig, ModelConfig
 from training.data.builtin import (
     BUILTIN_BBC_NEWS,
     BUILTIN_DIABETES,
@@ -146,10 +146,21 @@ def input_format(data: DataConfig, files: list[str]) -> str:
     return formats.pop()
 
 
-def fingerprint(data: DataConfig, files: list[str], endpoint_url: str | None = None) -> str:
-    """16 hex chars of sha256 over every input file's bytes, the data config and the version."""
+def fingerprint(
+    data: DataConfig,
+    files: list[str],
+    endpoint_url: str | None = None,
+    model: ModelConfig | None = None,
+) -> str:
+    """16 hex chars of sha256 over every input file's bytes, the data config and the version
+    (a text model's: and where its tokenizer comes from, which makes the stored token ids)."""
     digest = hashlib.sha256(f"trainflow-preprocess:{PREPROCESS_VERSION}\n".encode())
     digest.update(json.dumps(data.model_dump(mode="json"), sort_keys=True).encode())
+    if model is not None and model.hf is not None:
+        hf = model.hf
+        vocab = (hf.config or {}).get("vocab_size")
+        tokens = {"tokenizer": hf.tokenizer, "name_or_path": hf.name_or_path, "vocab": vocab}
+        digest.update(json.dumps(tokens, sort_keys=True).encode())
     for file in files:
         fs, path = filesystem(file, endpoint_url)
         per_file = hashlib.sha256()

@@ -24,6 +24,7 @@ from training.data.roles import REASONS, role_line
 from training.data.rows import SPLIT, output_rows
 from training.data.schema import check_schema
 from training.data.summary import Stats, summarise
+from training.data.text_spec import text_spec
 from training.data.validate import feature_spec, validate
 from training.errors import DataValidationError, StorageError
 from training.manifest import SPLITS, FeatureSpec, Manifest
@@ -103,9 +104,7 @@ def preprocess(
     progress.report(
         "preprocess", f"{stats.rows:,} rows read and validated", rows_validated=stats.rows
     )
-    spec = feature_spec(stats, data, plan, classes, task)
-    ignored = _report_roles(spec, plan)
-
+    spec, ignored = _fitted_spec(config, ds, stats, plan, classes, task)
     rows_out = _per_batch(
         ds, output_rows, {"spec": spec, "split": data.split}, udf_modifying_row_count=False
     )
@@ -137,6 +136,28 @@ def _report_roles(spec: FeatureSpec, plan) -> dict[str, str]:
     for column, reason in ignored.items():
         progress.report("preprocess", f"column {column!r} not used: {reason}")
     return ignored
+
+
+def _fitted_spec(config: PipelineConfig, ds, stats: Stats, plan, classes, task: str):
+    """The feature spec fitted on train, and the columns left out (both said on the console)."""
+    if config.model.kind == "hf":  # a text model: token ids of its one text column
+        spec, ignored = text_spec(ds, stats, config, plan, classes, task)
+        _report_tokens(spec, ignored)
+        return spec, ignored
+    spec = feature_spec(stats, config.data, plan, classes, task)
+    return spec, _report_roles(spec, plan)
+
+
+def _report_tokens(spec: FeatureSpec, ignored: dict[str, str]) -> None:
+    """A text model's columns on the preprocess line: the text column, and each one not used."""
+    tokens = spec.tokens
+    progress.report(
+        "preprocess",
+        f"columns: text {tokens['column']!r} as tokens (at most {tokens['max_length']}, a "
+        f"vocabulary of {tokens['vocab_size']:,})",
+    )
+    for column, reason in ignored.items():
+        progress.report("preprocess", f"column {column!r} not used: {reason}")
 
 
 def _manifest(

@@ -20,6 +20,7 @@ from training.data.image_files import (
 )
 from training.data.rows import sample_keys
 from training.data.schema import Plan, read_types
+from training.data.token_lists import is_token_lists, padded_lists
 from training.errors import StorageError
 from training.manifest import FEATURES, LABEL, SAMPLE_ID, Manifest
 from training.storage import filesystem, is_remote
@@ -215,8 +216,7 @@ def load_split_arrays(
     )
     for batch in batches:
         ids = batch.column(SAMPLE_ID).to_numpy().astype(np.int64)
-        flat = batch.column(FEATURES).flatten().to_numpy(zero_copy_only=False)
-        features, labels = flat.reshape(-1, width), batch.column(LABEL).to_numpy()
+        features, labels = _matrix(batch.column(FEATURES), width), batch.column(LABEL).to_numpy()
         if keep is not None:
             mask = sample_keys(ids, seed) <= keep
             features, labels, ids = features[mask], labels[mask], ids[mask]
@@ -228,6 +228,13 @@ def load_split_arrays(
         _check_rows(len(ids), expected, uri, manifest)
     order = np.argsort(ids, kind="stable")[:sample_rows]  # ties at the cut: the first ids
     return features[order], labels[order], ids[order]
+
+
+def _matrix(column, width: int) -> np.ndarray:
+    """A batch's features as [rows, width]: a text model's token ids padded to ``width``."""
+    if is_token_lists(column):
+        return padded_lists(column, width)
+    return column.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
 
 
 def _check_rows(found: int, expected: int, uri: str, manifest: Manifest) -> None:

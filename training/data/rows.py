@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from training.config import SplitConfig
 from training.data.columns import BATCH, require_columns
+from training.data.token_lists import token_lists
 from training.errors import DataValidationError
 from training.manifest import FEATURES, LABEL, SAMPLE_ID, FeatureSpec
 from training.model.trainflow_pyfunc import transform
@@ -193,9 +194,11 @@ def output_rows(batch: pd.DataFrame, spec: FeatureSpec, split: SplitConfig) -> p
         hashes = hash_rows(raw, labels, split.seed)
     else:
         hashes = hash_rows(raw_values(batch, hash_roles(plain)), labels, split.seed)
-    # A plain fixed-size list (not Ray's tensor type) so pyarrow alone can read the files back.
-    features = out[transform.FEATURES].ravel()
-    vectors = pa.FixedSizeListArray.from_arrays(pa.array(features), spec.num_features)
+    if spec.tokens:  # token ids: each row its own length, padded per batch when read
+        vectors = token_lists(out[transform.FEATURES])
+    else:  # a plain fixed-size list (not Ray's tensor type): pyarrow alone reads it back
+        features = out[transform.FEATURES].ravel()
+        vectors = pa.FixedSizeListArray.from_arrays(pa.array(features), spec.num_features)
     return pa.table(
         {
             FEATURES: vectors,

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import torch
 from ray.data.collate_fn import ArrowBatchCollateFn
 
+from training.data.token_lists import is_token_lists, padded_lists
 from training.manifest import FEATURES, LABEL, SAMPLE_ID
 
 #: Batches per chunk: the shuffle's window, as Ray's local buffer of 4 batches was, and more.
@@ -26,7 +27,8 @@ CHUNK_BYTES = 64 * 1024**2
 
 
 class SplitCollate(ArrowBatchCollateFn):
-    """Arrow batch of a processed split -> {features: float32 (rows, width), label, sample_id}."""
+    """Arrow batch of a processed split -> {features: float32 (rows, width), label, sample_id};
+    a text model's token ids are padded to the batch's longest row."""
 
     def __init__(self, label_dtype: torch.dtype = torch.int64) -> None:
         super().__init__()
@@ -36,13 +38,16 @@ class SplitCollate(ArrowBatchCollateFn):
         import warnings
 
         features = batch.column(FEATURES).combine_chunks()
-        width = features.type.list_size
-        flat = features.flatten().to_numpy(zero_copy_only=False)
+        if is_token_lists(features):
+            matrix = padded_lists(features)
+        else:
+            flat = features.flatten().to_numpy(zero_copy_only=False)
+            matrix = flat.reshape(-1, features.type.list_size)
         with warnings.catch_warnings():
             # Arrow's buffers are read-only; ``rebatch`` hands the loop copies (cheap, per batch).
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             return {
-                FEATURES: torch.from_numpy(flat.reshape(-1, width)).to(torch.float32),
+                FEATURES: torch.from_numpy(matrix).to(torch.float32),
                 LABEL: _column(batch, LABEL).to(self.label_dtype),
                 SAMPLE_ID: _column(batch, SAMPLE_ID).to(torch.int64),
             }

@@ -20,8 +20,10 @@ from training.config import PipelineConfig, validate_config
 from training.errors import TrainingDivergedError
 from training.loop import sharding
 from training.loop.contexts import LoopContext, TrainContext, epoch_seed
+from training.loop.schedule import optimizer_and_schedule, steps_per_epoch, warm_up, warmup_steps
 from training.manifest import FeatureSpec
 from training.metrics import regression_metrics, worst
+from training.model.hf_model import checkpoint_model_config
 from training.model.networks import build_model
 
 
@@ -84,6 +86,9 @@ class _Run:
     batch_rows: int = 1  # per worker per optimizer step
     micro_rows: int = 1  # per forward pass
     loss_fn: nn.Module = field(default_factory=lambda: nn.CrossEntropyLoss(reduction="sum"))
+    model_config: dict[str, Any] = field(default_factory=dict)  # as checkpoints record it
+    steps_per_epoch: int = 0
+    warmup_steps: int = 0  # optimizer steps the LR ramps up over (train.warmup_ratio)
 
 
 @dataclass
@@ -107,7 +112,9 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
     run.model = ctx.prepare_model(run.model)
     if sharding.is_sharded(run.model):  # FSDP swapped in flat shards: step those instead
         scheduler_state = run.scheduler.state_dict()
-        run.optimizer, run.scheduler = _optimizer(run.model, run.config.train, run.max_epochs)
+        run.optimizer, run.scheduler = optimizer_and_schedule(
+            run.model, run.config.train, run.max_epochs
+        )
         run.scheduler.load_state_dict(scheduler_state)
     if state is not None:
         # Now that the parameters sit on their device (a GPU with use_gpu), torch puts the
@@ -132,11 +139,12 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
     spec = FeatureSpec.from_dict(settings["spec"])
     max_epochs = int(settings["max_epochs"])
     train = config.train
+    train_rows = (settings.get("split_rows") or {}).get("train")
     seed_everything(train.seed + ctx.rank)
     model = build_model(
-        config.model, spec.input_shape, spec.num_outputs, spec.task, spec.cardinalities
+        config.model, spec.input_shape, spec.num_outputs, spec.task, spec.cardinalities, spec.tokens
     )
-    optimizer, scheduler = _optimizer(model, train, max_epochs)
+    optimizer, scheduler = optimizer_and_schedule(model, train, max_epochs)
     # The global batch is split across workers so results do not depend on the worker count.
     batch_rows, micro_rows = step_plan(
         train.batch_size, ctx.world_size, int(settings.get("max_workers", 1))
@@ -153,18 +161,10 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
         batch_rows=batch_rows,
         micro_rows=micro_rows,
         loss_fn=SquaredError() if spec.is_regression else nn.CrossEntropyLoss(reduction="sum"),
+        model_config=checkpoint_model_config(config.model, model),
+        steps_per_epoch=steps_per_epoch(train, train_rows),
+        warmup_steps=warmup_steps(train, max_epochs, train_rows),
     )
-
-
-def _optimizer(model: nn.Module, train, max_epochs: int):
-    """AdamW over the model's parameters and its LR schedule."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
-    scheduler = (
-        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max_epochs)
-        if train.lr_schedule == "cosine"
-        else torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    )
-    return optimizer, scheduler
 
 
 class SquaredError(nn.Module):
@@ -226,6 +226,9 @@ def _train_epoch(run: _Run, epoch: int, start: _Start) -> float:
     batches = run.ctx.train_batches(epoch, run.batch_rows, start.batch)
     for done, (features, labels) in enumerate(batches, start=start.batch + 1):
         run.optimizer.zero_grad(set_to_none=True)
+        if run.warmup_steps:
+            step = epoch * run.steps_per_epoch + done
+            warm_up(run.optimizer, run.scheduler, step, run.warmup_steps)
         loss_sum = accumulate_gradients(
             run.model, run.loss_fn, features, labels, run.micro_rows, bf16
         )
@@ -314,6 +317,6 @@ def _checkpoint_state(run: _Run, epoch: int, **extra: Any) -> dict[str, Any] | N
         "epoch": epoch,
         "history": list(run.history),  # a copy: in-process contexts keep the dict
         "spec": run.spec.to_dict(),
-        "model_config": run.config.model.model_dump(mode="json"),
+        "model_config": run.model_config,
         **extra,
     }

@@ -27,12 +27,42 @@ def prepare(model: nn.Module, strategy: str) -> nn.Module:
 
     if strategy != "fsdp" or ray.train.get_context().get_world_size() == 1:
         return ray.train.torch.prepare_model(model)
+    options = fsdp_options(model)
     if torch.cuda.is_available():
-        return ray.train.torch.prepare_model(model, parallel_strategy="fsdp")
+        return ray.train.torch.prepare_model(
+            model, parallel_strategy="fsdp", parallel_strategy_kwargs=options
+        )
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     model = ray.train.torch.prepare_model(model, parallel_strategy=None)
-    return FullyShardedDataParallel(model, device_id=torch.device("cpu"))
+    return FullyShardedDataParallel(model, device_id=torch.device("cpu"), **options)
+
+
+def layer_classes(model: nn.Module) -> set[type[nn.Module]]:
+    """The classes of a Hugging Face model's transformer layers (its ``_no_split_modules``,
+    e.g. ``BertLayer``): each becomes its own FSDP unit. Empty for trainflow's own networks."""
+    names: set[str] = set()
+    for module in model.modules():
+        names.update(getattr(module, "_no_split_modules", None) or [])
+    return {type(m) for m in model.modules() if type(m).__name__ in names}
+
+
+def fsdp_options(model: nn.Module) -> dict[str, Any]:
+    """FSDP's keyword arguments for ``model``: one unit per transformer layer, and the original
+    parameters kept (``use_orig_params``) where some are frozen (a LoRA adapter's base)."""
+    options: dict[str, Any] = {}
+    layers = layer_classes(model)
+    if layers:
+        import functools
+
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+        options["auto_wrap_policy"] = functools.partial(
+            transformer_auto_wrap_policy, transformer_layer_cls=layers
+        )
+    if any(not p.requires_grad for p in model.parameters()):
+        options["use_orig_params"] = True
+    return options
 
 
 def is_sharded(model: nn.Module) -> bool:

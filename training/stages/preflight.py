@@ -1,4 +1,5 @@
-"""The driver's check of a custom model before any Ray worker starts (``model.kind: custom``).
+"""The driver's check of a custom model before any Ray worker starts (``model.kind: custom``),
+and of a Hugging Face model (``model.kind: hf``: it loads, its tokenizer fits).
 
 The factory needs the data's shape and outputs; preprocessing (Ray Data) has not run yet, so
 they come from what the driver can read cheaply: a finished preprocessing output of the same
@@ -25,9 +26,28 @@ def swept_params(config: PipelineConfig) -> dict[str, Any]:
     }
 
 
+def check_hf(config: PipelineConfig) -> None:
+    """A Hugging Face model: its architecture and tokenizer load (a hub id only where the
+    network or the cache has it), and the tokenizer and data.max_length fit its embeddings.
+    ConfigError otherwise. A tokenizer fitted on the data (``train``) is checked once fitted."""
+    from training.model import hf_resolve
+
+    hf = config.model.hf
+    architecture = hf_resolve.architecture(hf)
+    source = hf_resolve.tokenizer_source(hf)
+    vocab = 0
+    if source is not None:
+        tokenizer = hf_resolve.pretrained_tokenizer(source)
+        vocab = tokenizer.backend_tokenizer.get_vocab_size(with_added_tokens=True)
+    hf_resolve.check_fits(architecture, vocab, config.data.max_length)
+
+
 def check_model_now(config: PipelineConfig) -> None:
     """The same check from the config alone, for the CLI before Prefect, MLflow or Ray start
     (seconds, not the half minute their start-up takes); the flow checks again."""
+    if config.model.kind == "hf":
+        check_hf(config)
+        return
     if config.model.kind != "custom":
         return
     from training.data.inputs import resolve_inputs
@@ -39,7 +59,11 @@ def check_model_now(config: PipelineConfig) -> None:
 
 
 def check_model(config: PipelineConfig, files: list[str], fingerprint: str) -> None:
-    """ConfigError naming ``model.factory`` unless the factory builds a fitting network."""
+    """ConfigError naming ``model.factory`` unless the factory builds a fitting network (a
+    Hugging Face model: unless it and its tokenizer load and fit)."""
+    if config.model.kind == "hf":
+        check_hf(config)
+        return
     if config.model.kind != "custom":
         return
     from training.data.preprocess import load_manifest

@@ -41,7 +41,7 @@ def inspect_data(config: PipelineConfig) -> DataInputs:
     """Resolve the input files and fingerprint them with the preprocessing config."""
     endpoint = config.storage.endpoint_url
     files = inputs.resolve_inputs(config.data, endpoint, StorageLayout.from_config(config).root)
-    fingerprint = inputs.fingerprint(config.data, files, endpoint)
+    fingerprint = inputs.fingerprint(config.data, files, endpoint, config.model)
     preflight.check_model(config, files, fingerprint)  # a custom model: checked before Ray
     return DataInputs(files, fingerprint)
 
@@ -59,7 +59,10 @@ def _columns_text(manifest: Manifest) -> str:
     if not roles:
         return ""
     ignored = "; ".join(f"{c!r} not used: {r}" for c, r in manifest.ignored_columns.items())
-    return f"; columns: {role_line(roles)}" + (f" ({ignored})" if ignored else "")
+    used = role_line(roles)
+    if manifest.spec.tokens:  # a text model reads its text column alone
+        used = f"text {manifest.spec.tokens['column']!r} as tokens"
+    return f"; columns: {used}" + (f" ({ignored})" if ignored else "")
 
 
 def record(

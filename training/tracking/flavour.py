@@ -94,12 +94,14 @@ class PackedModel:
     classes: list[Any]
 
 
-def requirements(spec: dict[str, Any] | None = None) -> list[str]:
+def requirements(spec: dict[str, Any] | None = None, text_model: bool = False) -> list[str]:
     """What loading the model needs, pinned to this environment's versions (Pillow for a model
-    of images: it decodes encoded ones)."""
+    of images: it decodes encoded ones; transformers and tokenizers for a Hugging Face text
+    model)."""
     pins = []
     images = ("pillow",) if spec and spec.get("image_column") else ()
-    for package in ("mlflow", "torch", "pandas", "numpy", *images):
+    text = ("transformers", "tokenizers") if text_model else ()
+    for package in ("mlflow", "torch", "pandas", "numpy", *images, *text):
         try:
             version = importlib.metadata.version(package).split("+")[0]  # drop "+cpu"
         except importlib.metadata.PackageNotFoundError:
@@ -114,11 +116,9 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
     A custom model (``model.kind: custom``) carries its factory's package too, so the model
     rebuilds the user's network where neither trainflow nor the user's project is installed.
     """
-    import torch
-
     from training.model import factory
 
-    model_config = torch.load(state_path, map_location="cpu", weights_only=True)["model_config"]
+    state_path, model_config = _servable(state_path, tmp)
     entry = os.path.join(tmp, "trainflow_model.py")
     Path(entry).write_text(_ENTRY)
     example = input_example(spec, raw_rows) if raw_rows is not None else None
@@ -128,10 +128,29 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
         "artifacts": {STATE_ARTIFACT: str(state_path)},
         "signature": signature(spec, example),
         "input_example": example,
-        "pip_requirements": requirements(spec) + factory.requirements(model_config),
+        "pip_requirements": requirements(spec, model_config.get("kind") == "hf")
+        + factory.requirements(model_config),
         # A key MLflow lets a loader override: load_model(uri, model_config={"device": "cpu"}).
         "model_config": {"device": None},
     }
+
+
+def _servable(state_path: str, tmp: str) -> tuple[str, dict[str, Any]]:
+    """(the state file the model carries, its model config). A Hugging Face model's checkpoint
+    is rewritten without its optimizer, a LoRA adapter merged into the weights
+    (``hf_model.servable_state``): the registered model needs no PEFT and no base model."""
+    import torch
+
+    state = torch.load(state_path, map_location="cpu", weights_only=True)
+    if state["model_config"].get("kind") != "hf":
+        return state_path, state["model_config"]
+    from training.model.hf_model import servable_state
+
+    state = servable_state({k: v for k, v in state.items() if k != "optimizer"})
+    os.makedirs(os.path.join(tmp, "servable"), exist_ok=True)
+    path = os.path.join(tmp, "servable", "state.pt")  # the name the model's files use
+    torch.save(state, path)
+    return path, state["model_config"]
 
 
 def save_model(state: dict[str, Any], path: str, raw_rows: pd.DataFrame | None = None) -> str:
@@ -311,6 +330,7 @@ def network_from_state(state: dict[str, Any]) -> tuple[nn.Module, FeatureSpec]:
         spec.num_outputs,
         spec.task,
         spec.cardinalities,
+        spec.tokens,
     )
     model.load_state_dict(state["model"])
     model.eval()

@@ -59,10 +59,11 @@ def signature(spec: dict[str, Any], example: pd.DataFrame | None):
         # Arrays, encoded PNG/JPEG bytes or their base64 text (JSON): the transform tells apart.
         inputs = [ColSpec(AnyType(), columns[0])]
     elif example is not None:
-        # A table's columns may have gaps wherever training imputed them: not required values.
-        required = not roles
+        # A table's columns may have gaps wherever training imputed them: not required values
+        # (a text model's text is: it has no gap to fill).
         inputs = [
-            ColSpec(_column_type(example[c], roles.get(c)), c, required=required) for c in columns
+            ColSpec(_column_type(example[c], roles.get(c)), c, required=_required(c, roles))
+            for c in columns
         ]
     else:
         inputs = [ColSpec(DataType.double, c) for c in columns]
@@ -71,6 +72,10 @@ def signature(spec: dict[str, Any], example: pd.DataFrame | None):
     outputs = [ColSpec(label_type, PREDICTION)]
     outputs += [ColSpec(DataType.double, c) for c in class_columns(list(spec["classes"]))]
     return ModelSignature(Schema(inputs), Schema(outputs))
+
+
+def _required(column: str, roles: dict[str, str]) -> bool:
+    return not roles or roles.get(column) == "text"
 
 
 def input_example(spec: dict[str, Any], raw_rows: pd.DataFrame) -> pd.DataFrame:

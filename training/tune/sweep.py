@@ -44,7 +44,8 @@ def _function_trial(params: dict[str, Any], *, base: dict, spec: dict, arrays, m
         seed=config.train.seed,
         device=_trial_device(config),
     )
-    run_loop(loop_config(config, FeatureSpec.from_dict(spec), max_epochs), ctx)
+    rows = {"train": len(train_y)}  # sizes the LR warm-up (train.warmup_ratio)
+    run_loop(loop_config(config, FeatureSpec.from_dict(spec), max_epochs, split_rows=rows), ctx)
 
 
 def _trial_device(config: PipelineConfig) -> str:

@@ -7,7 +7,9 @@ state file (weights, feature spec, label map, train-split statistics) with
 ``predict`` applies the transform training applied (:mod:`.transform`, fitted at training time):
 the feature columns in their training order (or the image column's arrays), minus the train
 mean, over the train std; a regression's output is mapped back to the label's unit (times the
-train label std, plus its mean).
+train label std, plus its mean). A text model (``model.kind: hf``) reads its text column as a
+string, tokenized by the tokenizer the state holds (``tokens.py``), and runs the merged
+Hugging Face model (``hf.py``): transformers and tokenizers are then its requirements too.
 
 MLflow's signature check runs first (columns present, dtypes convertible, extra columns
 dropped); the transform's checks catch what a signature cannot: no rows, NaN or infinite values,
@@ -27,6 +29,7 @@ import torch
 from mlflow.exceptions import MlflowException
 
 from .networks import build_network
+from .tokens import padded, tokens_state
 from .transform import FEATURES, TransformError, check_columns, is_regression, label_values
 from .transform import input_columns as input_columns  # the flavour's signature reads it here
 from .transform import transform as raw_to_tensors
@@ -35,6 +38,8 @@ from .transform import transform as raw_to_tensors
 PREDICTION = "prediction"
 #: The name of the state file among the model's artifacts.
 STATE_ARTIFACT = "state"
+#: Rows per forward pass of a text model's network.
+TEXT_BATCH = 64
 
 
 def bad_input(message: str) -> MlflowException:
@@ -86,6 +91,7 @@ class TrainflowModel(mlflow.pyfunc.PythonModel):
             num_outputs(spec),
             spec.get("task", "classification"),
             spec.get("cardinalities"),
+            tokens_state(spec),
         )
         network.load_state_dict(state["model"])
         self.device = torch.device(device)
@@ -95,7 +101,8 @@ class TrainflowModel(mlflow.pyfunc.PythonModel):
         self.regression = is_regression(spec)
 
     def features(self, frame: pd.DataFrame) -> np.ndarray:
-        """The network's input (float32 [rows, width]) for a raw table: training's transform."""
+        """The network's input (float32 [rows, width]) for a raw table: training's transform
+        (a text's token ids: one array per row, padded per batch by :meth:`_outputs`)."""
         try:
             check_columns(frame, self.spec)
             if len(frame) == 0:
@@ -104,12 +111,24 @@ class TrainflowModel(mlflow.pyfunc.PythonModel):
         except TransformError as exc:
             raise bad_input(str(exc)) from None
 
+    def _batches(self, features: np.ndarray):
+        """The network's input in batches: all rows at once, or a text's token ids in batches
+        of TEXT_BATCH rows, each padded to its own longest row (a transformer's memory grows
+        with rows x length)."""
+        if not tokens_state(self.spec):
+            yield features
+            return
+        for first in range(0, len(features), TEXT_BATCH):
+            yield padded(features[first : first + TEXT_BATCH])
+
     def _outputs(self, frame: pd.DataFrame) -> np.ndarray:
         """The network's raw outputs (float32 [rows, outputs]) for a raw table."""
-        features = self.features(frame)
+        parts = []
         with torch.no_grad():
-            outputs = self.network(torch.from_numpy(features).to(self.device))
-            return outputs.float().cpu().numpy()
+            for batch in self._batches(self.features(frame)):
+                outputs = self.network(torch.from_numpy(batch).to(self.device))
+                parts.append(outputs.float().cpu().numpy())
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def values(self, frame: pd.DataFrame) -> np.ndarray:
         """A regression's predictions (float64 [rows]) in the label's own unit."""

@@ -106,10 +106,16 @@ def build_network(
     num_classes: int,
     task: str = "classification",
     cardinalities: list[int] | None = None,
+    tokens: Mapping[str, Any] | None = None,
 ) -> nn.Module:
     """The network of a model config (``ModelConfig`` as a plain dict, as checkpoints hold it);
-    ``cardinalities``: per feature position, a categorical's number of codes (0: a number)."""
+    ``cardinalities``: per feature position, a categorical's number of codes (0: a number);
+    ``tokens``: a text model's tokenizer state (the spec's)."""
     kind = model_config.get("kind")
+    if kind == "hf":
+        from .hf import build_hf_network  # transformers: only a text model needs it
+
+        return build_hf_network(model_config, num_classes, task, tokens or {})
     if kind == "custom":
         spec = ModelSpec.of(input_shape, num_classes, task, cardinalities)
         return build_custom(model_config, spec)

@@ -14,7 +14,9 @@ hashed bag of word and character n-grams (``text_features.py``), an ``image`` co
 equal-length arrays flattened (or of encoded PNG/JPEG bytes, decoded and resized as training's
 image reader did). Their matrix is then checked finite and normalised by the train split's
 mean and std (a categorical code and a hashed text position have mean 0, std 1: they pass
-through unchanged). A new kind of column is one more step, not a second path.
+through unchanged). A new kind of column is one more step, not a second path. A Hugging Face
+model's ``tokens`` step (``tokens.py``) is the one step whose rows differ in length: its token
+ids are not normalised, and each batch is padded where it is made.
 
 Every refusal is a :class:`TransformError` naming the column: training raises it as a
 ``DataValidationError``, the served model as MLflow's HTTP 400.
@@ -31,6 +33,7 @@ import pandas as pd
 
 from .images import ENCODED, decode, unreadable
 from .text_features import hashed_text, text_width
+from .tokens import token_ids, tokens_state
 from .transform_steps import DATETIME_WIDTH, TransformError, categorical_codes, datetime_parts
 
 #: The keys of a transformed batch: the network's input and, with labels, its target.
@@ -50,6 +53,9 @@ def input_columns_of_steps(steps: list[tuple[str, list[str]]]) -> list[str]:
 
 def feature_steps(spec: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
     """The spec's feature steps, in feature order: (kind, the raw columns it reads)."""
+    tokens = tokens_state(spec)
+    if tokens:
+        return [("tokens", [tokens["column"]])]
     if spec.get("image_column"):
         return [("image", [spec["image_column"]])]
     steps = [("numeric", list(spec.get("feature_columns") or []))]
@@ -182,18 +188,20 @@ STEPS: dict[str, Callable[[pd.DataFrame, list[str], Mapping[str, Any]], np.ndarr
     "datetime": datetime_parts,
     "image": _image,
     "text": hashed_text,
+    "tokens": token_ids,  # an object array [n] of int32 ids per row, not a matrix
 }
 
 
 def raw_matrix(frame: pd.DataFrame, spec: Mapping[str, Any]) -> np.ndarray:
-    """Raw rows -> float64 [n, width], before normalisation (NaN kept: the caller decides).
+    """Raw rows -> float64 [n, width], before normalisation (NaN kept: the caller decides); a
+    text's token ids: one int32 array per row.
 
     ``spec`` needs only the columns to read; with ``input_shape`` the width is checked too.
     """
     check_columns(frame, spec)
     parts = [STEPS[kind](frame, columns, spec) for kind, columns in feature_steps(spec)]
     raw = parts[0] if len(parts) == 1 else np.hstack(parts)
-    if "input_shape" not in spec:
+    if "input_shape" not in spec or tokens_state(spec):
         return raw
     width = math.prod(spec["input_shape"])
     if len(raw) == 0:  # an empty block: an array column cannot tell its width
@@ -284,8 +292,9 @@ def label_values(outputs: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
 
 
 def tensors(raw: np.ndarray, labels: pd.Series | None, spec: Mapping[str, Any]) -> dict:
-    """A raw matrix (and the labels) -> {"features": float32 [n, width], "label": targets}."""
-    out = {FEATURES: normalise(raw, spec)}
+    """A raw matrix (and the labels) -> {"features": float32 [n, width], "label": targets};
+    token ids stay as they are (one array per row)."""
+    out = {FEATURES: raw if tokens_state(spec) else normalise(raw, spec)}
     if labels is not None:
         out[LABEL] = targets(labels, spec)
     return out

