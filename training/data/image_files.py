@@ -160,13 +160,6 @@ def read_images_here(
             yield image_table(np.stack([d[0] for d in done]), [d[1] for d in done], plan)
 
 
-def image_root(source: str, is_file: bool) -> str:
-    """The directory a table's relative image paths start from: the table's own."""
-    if not is_file:
-        return source
-    return source.rsplit("/", 1)[0] if is_remote(source) else os.path.dirname(source)
-
-
 def _resolved(path: str, root: str) -> str:
     if is_remote(path) or os.path.isabs(path):
         return path

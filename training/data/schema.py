@@ -18,7 +18,7 @@ from training.data.columns import check_image_shape, require_columns
 from training.data.formats import IMAGES, SUFFIXES, file_schema
 from training.data.roles import table_roles
 from training.errors import DataValidationError, ServiceUnreachableError
-from training.storage import filesystem
+from training.storage import filesystem, is_remote
 
 log = logging.getLogger(__name__)
 
@@ -176,10 +176,15 @@ def _holds_paths(file: str, schema: pa.Schema, column: str, so_far: bool) -> boo
     return so_far or text
 
 
+def image_root(source: str, is_file: bool) -> str:
+    """The directory a table's relative image paths start from: the table's own."""
+    if not is_file:
+        return source
+    return source.rsplit("/", 1)[0] if is_remote(source) else os.path.dirname(source)
+
+
 def _image_paths_plan(data: DataConfig, fmt: str) -> Plan:
     """A table whose image column names image files: decoded and resized to data.image_shape."""
-    from training.data.image_files import image_root
-
     folder = _image_folder_plan(data)
     is_file = os.path.splitext(data.source)[1].lower() in SUFFIXES
     root = image_root(data.source, is_file)
