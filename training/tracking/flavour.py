@@ -112,13 +112,14 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
     from training.model import factory
 
     state_path, model_config = _servable(state_path, tmp)
+    artifacts = {STATE_ARTIFACT: str(state_path), **_tokenizer_file(spec, tmp)}
     entry = os.path.join(tmp, "trainflow_model.py")
     Path(entry).write_text(_ENTRY)
     example = input_example(spec, raw_rows) if raw_rows is not None else None
     return {
         "python_model": entry,
         "code_paths": [str(CODE_DIR), *factory.code_paths(model_config)],
-        "artifacts": {STATE_ARTIFACT: str(state_path)},
+        "artifacts": artifacts,
         "signature": signature(spec, example),
         "input_example": example,
         "pip_requirements": requirements(model_config.get("kind") == "hf")
@@ -126,6 +127,18 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
         # A key MLflow lets a loader override: load_model(uri, model_config={"device": "cpu"}).
         "model_config": {"device": None},
     }
+
+
+def _tokenizer_file(spec: dict[str, Any], tmp: str) -> dict[str, str]:
+    """A text model's tokenizer as its own file beside the state (``tokenizer.json``, for
+    ``tokenizers.Tokenizer.from_file``); the model itself reads the copy in its state."""
+    tokens = spec.get("tokens")
+    if not tokens:
+        return {}
+    os.makedirs(os.path.join(tmp, "tokenizer"), exist_ok=True)
+    path = os.path.join(tmp, "tokenizer", "tokenizer.json")
+    Path(path).write_text(tokens["tokenizer"])
+    return {"tokenizer": path}
 
 
 def _servable(state_path: str, tmp: str) -> tuple[str, dict[str, Any]]:
