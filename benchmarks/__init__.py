@@ -1,4 +1,5 @@
-"""trainflow benchmarks B1-B8 (issue 7; B8: issue 16): our speed against the limit, side by side.
+"""trainflow benchmarks B1-B9 (issue 7; B8: issue 16; B9: issue 30): our speed against the
+limit, side by side.
 
 ``python -m benchmarks`` (or ``make bench``) runs them all; ``--only B1,B3`` selects, ``--smoke``
 shrinks every size. Each benchmark writes ``benchmarks/results/<ID>.json`` and the summary table
@@ -23,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "B6": "benchmarks.b6_sweep_bookkeeping",
     "B7": "benchmarks.b7_recovery",
     "B8": "benchmarks.b8_ingest",
+    "B9": "benchmarks.b9_vs_gbdt",
 }
 
 

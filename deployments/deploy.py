@@ -1,8 +1,9 @@
 """The scheduled deployments of the pipeline flow (`trainflow deploy`).
 
-Each deployment runs ``flows/pipeline.py:pipeline`` from this checkout on the stack's process work
-pool. Its one parameter, ``config``, is the validated configuration of a YAML file in configs/,
-so the Prefect UI shows the schema as a form and a run's parameters are a whole config.
+Each deployment runs ``flows/pipeline.py:pipeline`` (or, ``score``, ``flows/score.py:score``,
+a flow of the same name) from this checkout on the stack's process work pool. Its parameter
+``config`` is the validated configuration of a YAML file in configs/, so the Prefect UI shows
+the schema as a form and a run's parameters are a whole config.
 Deploying again updates the deployments in place (same names, same schedule slugs).
 """
 
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENTRYPOINT = "flows/pipeline.py:pipeline"
+SCORE_ENTRYPOINT = "flows/score.py:score"
 FLOW_NAME = "pipeline"
 # A fixed anchor keeps an interval schedule identical across re-deploys (Prefect's default
 # anchor is "now", which would make every deploy a schedule change).
@@ -44,6 +46,7 @@ class DeploymentSpec:
     # Runs of this deployment at once; a run that finds the slot taken waits in Prefect's
     # AwaitingConcurrencySlot state (ENQUEUE) instead of overlapping the running one.
     concurrency_limit: int = 1
+    entrypoint: str = ENTRYPOINT
 
 
 DEPLOYMENTS = (
@@ -64,6 +67,18 @@ DEPLOYMENTS = (
         timezone="UTC",
         paused=True,
         tags=("smoke",),
+    ),
+    DeploymentSpec(
+        name="score",
+        config_file="configs/default.yaml",
+        description="The champion scores a table (parameter `source`, default the config's "
+        "data.source; local or s3://) through Ray Data and the registered pyfunc; predictions "
+        "beside it with the model version. Paused by default: set `source`, then resume.",
+        cron="0 6 * * *",
+        timezone="UTC",
+        paused=True,
+        tags=("score",),
+        entrypoint=SCORE_ENTRYPOINT,
     ),
 )
 
@@ -119,11 +134,15 @@ def deploy_all(pool: str, names: list[str] | None = None) -> list[dict[str, Any]
     from prefect import flow
 
     chosen = [spec(name) for name in names] if names else list(DEPLOYMENTS)
-    pipeline = flow.from_source(source=str(REPO_ROOT), entrypoint=ENTRYPOINT)
+    flows = {}
     deployed = []
     for item in chosen:
         schedule = _schedule(item)
-        deployment_id = pipeline.deploy(
+        if item.entrypoint not in flows:
+            flows[item.entrypoint] = flow.from_source(
+                source=str(REPO_ROOT), entrypoint=item.entrypoint
+            )
+        deployment_id = flows[item.entrypoint].deploy(
             name=item.name,
             work_pool_name=pool,
             schedules=[schedule],

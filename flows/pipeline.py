@@ -11,7 +11,7 @@ from prefect import flow, get_run_logger, runtime
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.exceptions import ExternalSignal
 
-from flows import quiet_errors, run_artifacts
+from flows import champion_events, quiet_errors, run_artifacts
 from tasks import stages
 from training import progress
 from training.config import PipelineConfig
@@ -104,7 +104,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
 
 def _preprocess(config, tracker, parent, layout: StorageLayout):
     """Inspect, preprocess (reused while its cached files exist), record: (manifest, cached,
-    the config that follows the data's task)."""
+    the config that follows the data's task, the drift from the champion's training data)."""
     data = stages.inspect_data(config)
     manifest_uri = join(layout.data_dir(data.fingerprint), "manifest.json")
     # A cached Prefect result is only good while its files exist.
@@ -120,13 +120,13 @@ def _preprocess(config, tracker, parent, layout: StorageLayout):
         manifest.rows,
     )
     prepared = preprocess_stage.record(config, tracker, parent, manifest, cached)
-    return manifest, cached, prepared.config
+    return manifest, cached, prepared.config, prepared.drift
 
 
 def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummary:
     layout = StorageLayout.from_config(config)
     with clock.stage("preprocess"):
-        manifest, cached, config = _preprocess(config, tracker, parent, layout)
+        manifest, cached, config, drift = _preprocess(config, tracker, parent, layout)
 
     best_config, sweep_outcome = config, None
     if config.sweep.enabled:
@@ -141,8 +141,17 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
     cluster.shutdown_soon()
     with clock.stage("promote"):
         model = stages.promote(
-            best_config, manifest, trained, evaluated, parent, sweep_outcome, run_id=run_id
+            best_config,
+            manifest,
+            trained,
+            evaluated,
+            parent,
+            sweep_outcome,
+            run_id=run_id,
+            drift=drift,
         )
+    # A Prefect event: the automation `trainflow notify` sets up sends the message.
+    champion_events.champion_moved(model, best_config.mlflow.gate.metric, run_id)
 
     summary = RunSummary(
         run_id=run_id,

@@ -73,5 +73,8 @@ def promote(
     parent_run: str,
     sweep: SweepOutcome | None = None,
     run_id: str | None = None,
+    drift: dict | None = None,
 ) -> ModelSummary:
-    return promote_stage.promote(config, manifest, trained, evaluated, parent_run, sweep, run_id)
+    return promote_stage.promote(
+        config, manifest, trained, evaluated, parent_run, sweep, run_id, drift
+    )

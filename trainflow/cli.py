@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from trainflow import champion_commands, stack_commands, startup
+from trainflow import champion_commands, notify_commands, stack_commands, startup
 from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
 from trainflow.progress_view import ProgressView
@@ -75,8 +75,8 @@ def run(
         None,
         "--deployment",
         "-d",
-        help="Trigger a run of this deployment (nightly, smoke) on the stack's Prefect server "
-        "instead of running here; --set overrides its config, --config replaces it.",
+        help="Trigger a run of this deployment (nightly, smoke, score) on the stack's Prefect "
+        "server instead of running here; --set overrides its config, --config replaces it.",
     ),
     verbose: bool = VerboseOption,
 ) -> None:
@@ -237,7 +237,11 @@ def predict(
         ..., "--model", "-m", help="models:/NAME@ALIAS, models:/NAME/VERSION, or a checkpoint."
     ),
     input_path: Path = typer.Option(
-        ..., "--input", "-i", help="Parquet or CSV file/directory with the training's columns."
+        ...,
+        "--input",
+        "-i",
+        help="Parquet, CSV or JSON-lines file/directory with the training's columns, or a "
+        "folder of image files.",
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Parquet file to write."),
     config_file: Path | None = ConfigOption,
@@ -263,7 +267,7 @@ def predict(
         try:
             files_of_model, _ = _model_files(config, model)
             source = DataConfig(source=str(input_path.resolve()), label_column="__none__")
-            files = resolve_inputs(source)
+            files = resolve_inputs(source, labelled=False)
             fmt = input_format(source, files)
             cluster.connect(config.ray)
             rows = predict_files(files_of_model, files, str(output), fmt, config.train.use_gpu)
@@ -279,9 +283,9 @@ def make_data(
         "table",
         "--kind",
         "-k",
-        help="table: 64 float32 features + label; images: 3x32x32 uint8; mixed: numbers with "
-        "gaps, text categories, dates and an id column; text: BBC News sentences resampled "
-        "by topic.",
+        help="table: 64 float32 features + label; images: 3x32x32 uint8; image-files: a folder "
+        "of PNG digits in class sub-folders; mixed: numbers with gaps, text categories, dates "
+        "and an id column; text: BBC News sentences resampled by topic.",
     ),
     rows: int = typer.Option(1_000_000, "--rows", "-n", min=1, help="Rows (images) to write."),
     files: int = typer.Option(16, "--files", "-f", min=1, help="Parquet files to write."),
@@ -293,11 +297,12 @@ def make_data(
     """Write a seeded synthetic data set (parquet, streamed chunk by chunk) to train on."""
     import time
 
-    from training.data import synthetic, synthetic_mixed, synthetic_text
+    from training.data import synthetic, synthetic_images, synthetic_mixed, synthetic_text
 
     writers = {
         "table": synthetic.write_table,
         "images": synthetic.write_color_images,
+        "image-files": synthetic_images.write_image_files,
         "mixed": synthetic_mixed.write_mixed,
         "text": synthetic_text.write_text,
     }
@@ -305,13 +310,13 @@ def make_data(
         raise ConfigError(f"--kind {kind!r} is not one of {', '.join(writers)}")
     started = time.monotonic()
     written = writers[kind](output, rows, seed, num_files=files, endpoint_url=endpoint_url)
-    hint = (
-        f"--set data.source={output}"
-        + (" --set data.label_column=category" if kind == "text" else "")
-        if kind in ("table", "mixed", "text")
-        else f"--set data.source={output} --set data.image_column=image "
-        "--set data.image_shape=[3,32,32] --set model.kind=cnn"
-    )
+    hint = {
+        "images": f"--set data.source={output} --set data.image_column=image "
+        "--set data.image_shape=[3,32,32] --set model.kind=cnn",
+        "image-files": f"--set data.source={output} --set data.image_shape=[1,16,16] "
+        "--set model.kind=cnn",
+        "text": f"--set data.source={output} --set data.label_column=category",
+    }.get(kind, f"--set data.source={output}")
     console.print(
         f"wrote {rows:,} rows in {len(written)} files to {output} "
         f"({time.monotonic() - started:.1f} s); train on it with: trainflow run {hint}"
@@ -325,6 +330,7 @@ app.command()(stack_commands.status)
 app.command()(stack_commands.deploy)
 app.command()(champion_commands.history)
 app.command()(champion_commands.rollback)
+app.command()(notify_commands.notify)
 
 
 def main() -> None:  # pragma: no cover - the `trainflow` command and `python -m trainflow`

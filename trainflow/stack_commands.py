@@ -185,10 +185,11 @@ def deploy(
         None, "--pool", help="Work pool (default: the running stack's pool)."
     ),
     names: list[str] | None = typer.Option(
-        None, "--name", "-n", help="Only this deployment (repeatable): nightly, smoke."
+        None, "--name", "-n", help="Only this deployment (repeatable): nightly, smoke, score."
     ),
 ) -> None:
-    """Create or update the deployments (nightly, smoke) on the Prefect server, idempotently."""
+    """Create or update the deployments (nightly, smoke, score) on the Prefect server,
+    idempotently."""
     from deployments import stack, stack_state
     from deployments.deploy import deploy_all
     from trainflow.env import check_prefect_api, prepare_environment

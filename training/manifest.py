@@ -51,6 +51,9 @@ class FeatureSpec:
     text_features: int = 0
     # Per feature position: a categorical's number of codes, 0 for a number (networks embed).
     cardinalities: list[int] = field(default_factory=list)
+    # The train split as a later run's drift check reads it (training.data.drift): per numeric
+    # column a percentile sketch and its share of gaps, per categorical column value shares.
+    drift_reference: dict[str, Any] = field(default_factory=dict)
     # A text model's tokens step (``trainflow_pyfunc.tokens``): the text column, the tokenizer's
     # JSON, max_length and pad_id. input_shape is then [max_length], mean and std are empty.
     tokens: dict[str, Any] = field(default_factory=dict)
@@ -102,7 +105,9 @@ class Manifest:
     ignored_columns: dict[str, str] = field(default_factory=dict)  # column -> why not used
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
+        # Insertion order kept (no sort_keys): a row's split is the hash of its columns in the
+        # order of spec.column_roles, so the roles must read back in the order they were hashed.
+        return json.dumps(asdict(self), indent=2, default=str)
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:

@@ -2,7 +2,8 @@
 then headless Chromium (Debian's package, driven by Playwright) checks what a user sees there.
 The run and the server are shared with test_pipeline.py (its second run; tests/e2e/conftest.py).
 
-Screenshots go to test-output/mlflow-ui/ (gitignored; see docs/mlflow-ui.md):
+Screenshots go to test-output/mlflow-ui/ (gitignored), or with TRAINFLOW_SCREENSHOTS=docs into
+docs/ as docs/mlflow-ui-NN-*.png, the pictures docs/mlflow-ui.md shows:
 01-run-tree.png            the runs table: pipeline -> sweep -> trials expanded, trials selected
 02-compare-plot.png        compare view of the trials: train.lr vs val_accuracy, run names
 03-compare-tables.png      the same page lower down: params, metrics and fate tags side by side
@@ -12,6 +13,7 @@ Screenshots go to test-output/mlflow-ui/ (gitignored; see docs/mlflow-ui.md):
 07-model-registry.png      the registered model: versions, tags, champion/challenger aliases
 08-parent-run.png          the summary's link in a fresh profile: the parent run, training view
 09-runs-fresh-profile.png  the experiment's runs link in a fresh profile: the run tree
+10-logged-model.png        the logged model's page: its test metrics by dataset, datasets used
 
 The browser tests skip only where /usr/bin/chromium is missing and $CI is unset; in CI they run
 (.ci/run installs chromium).
@@ -31,7 +33,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
-SHOTS = REPO_ROOT / "test-output" / "mlflow-ui"
+SCREENSHOTS_ENV = "TRAINFLOW_SCREENSHOTS"
+
+
+def screenshot_path(name: str) -> Path:
+    """Where screenshot ``name`` goes: docs/mlflow-ui-<name> when $TRAINFLOW_SCREENSHOTS is
+    ``docs`` (to refresh the documentation's pictures), else test-output/mlflow-ui/<name>."""
+    if os.environ.get(SCREENSHOTS_ENV) == "docs":
+        return REPO_ROOT / "docs" / f"mlflow-ui-{name}"
+    return REPO_ROOT / "test-output" / "mlflow-ui" / name
+
+
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = [
     "--headless",
@@ -211,7 +223,7 @@ def browser_context():
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium); runs in CI")
     from playwright.sync_api import sync_playwright
 
-    SHOTS.mkdir(parents=True, exist_ok=True)
+    screenshot_path("x").parent.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         try:
@@ -248,7 +260,7 @@ def page(ui):
 
 def _shot(page, name: str) -> None:
     page.wait_for_timeout(800)  # let charts finish their transitions
-    page.screenshot(path=str(SHOTS / name))
+    page.screenshot(path=str(screenshot_path(name)))
 
 
 def _expand(page, run_name: str) -> None:
@@ -287,20 +299,16 @@ def test_run_tree_shows_the_trials_and_opens_their_compare_view(page, server, pi
         ),
     ).first
     selected = metrics.locator(".du-bois-light-select-selection-item-content").all_inner_texts()
+    # Issue 33: the plot opens on the sweep's metric (the trials log it first).
+    assert selected == ["val_accuracy"], selected
     metrics.locator(".du-bois-light-select-selector").click()
     options = page.locator(".du-bois-light-select-item-option")
     options.first.wait_for()
-    offered = {options.nth(i).get_attribute("title") for i in range(options.count())}
-    assert {"train_loss", "val_loss", "val_accuracy"} <= offered, offered
-    assert not TUNE_BOOKKEEPING & offered, offered
-    if "val_accuracy" not in selected:
-        page.locator('.du-bois-light-select-item-option[title="val_accuracy"]').first.click()
+    offered = [options.nth(i).get_attribute("title") for i in range(options.count())]
+    assert offered[0] == "val_accuracy", offered
+    assert {"train_loss", "val_loss", "val_accuracy"} <= set(offered), offered
+    assert not TUNE_BOOKKEEPING & set(offered), offered
     page.keyboard.press("Escape")
-    for name in selected:
-        if name != "val_accuracy":
-            metrics.locator(".du-bois-light-select-selection-item", has_text=name).locator(
-                ".du-bois-light-select-selection-item-remove"
-            ).click()
     text = page.inner_text("body")
     assert f"Comparing {len(names)} Runs" in text
     for name in names:
@@ -399,3 +407,61 @@ def test_model_page_shows_versions_tags_and_aliases(page, server, pipeline):
     assert "challenger" in text and "gate.decision" in text and "pipeline_run" in text
     assert "the version in use" in text  # the registered model's description
     _shot(page, "07-model-registry.png")
+
+
+def test_the_logged_model_carries_its_evidence(client, server, runs, pipeline):
+    """Issue 33 item 3, in MLflow: the logged model is named after the registered model, holds
+    the test metrics of the evaluate run on the test split's dataset and the train run's on
+    the train and val splits, evaluate takes it as input, and its MLmodel names no build path;
+    the version's description links its runs."""
+    model_id = pipeline["model"]["logged_model_uri"].removeprefix("models:/")
+    model = client.get_logged_model(model_id)
+    assert model.name == MODEL
+    evaluate, train = runs["stages"]["evaluate"].info.run_id, runs["stages"]["train"].info.run_id
+    by_key = {m.key: m for m in model.metrics}
+    assert by_key["test_accuracy"].value == pytest.approx(pipeline["test_metrics"]["test_accuracy"])
+    assert by_key["test_accuracy"].dataset_name.endswith(" [test]")
+    assert by_key["test_accuracy"].run_id == evaluate
+    assert by_key["val_accuracy"].dataset_name.endswith(" [val]")
+    assert by_key["train_loss"].dataset_name.endswith(" [train]")
+    assert by_key["val_accuracy"].run_id == by_key["train_loss"].run_id == train
+    inputs = client.get_run(evaluate).inputs.model_inputs
+    assert model_id in {m.model_id for m in inputs}
+    import mlflow.artifacts
+
+    local = mlflow.artifacts.download_artifacts(
+        artifact_uri=f"{model.artifact_location}/MLmodel", tracking_uri=server
+    )
+    text = Path(local).read_text()
+    assert "model_code_path: trainflow_model.py" in text
+    assert "/tmp" not in text.replace(model.artifact_location, "")
+    version = client.get_model_version(MODEL, pipeline["model"]["version"])
+    assert model.tags["mlflow.note.content"] == version.description  # the model page's too
+    for label in ("train run", "evaluate run", "pipeline run"):
+        assert re.search(
+            rf"\[{label}\]\(http://127\.0\.0\.1:\d+/#/experiments/", version.description
+        )
+
+
+def test_the_logged_model_page_shows_metrics_and_datasets(page, server, pipeline, runs, client):
+    """Issue 33, done when: the model page shows "Metrics" with the test metrics and
+    "Datasets used" filled."""
+    model_id = pipeline["model"]["logged_model_uri"].removeprefix("models:/")
+    page.goto(f"{server}/#/experiments/{runs['experiment_id']}/models/{model_id}")
+    page.get_by_text(MODEL, exact=True).first.wait_for()
+    page.get_by_text(re.compile(r"^Metrics \(\d+\)$")).first.wait_for()
+    page.get_by_text("test_accuracy", exact=True).first.wait_for()
+    text = page.inner_text("body")
+    count = int(re.search(r"Metrics \((\d+)\)", text).group(1))
+    model = client.get_logged_model(model_id)
+    assert count == len(model.metrics) > 0
+    assert "Datasets used" in text
+    datasets = text.split("Datasets used", 1)[1].split("Model versions", 1)[0]
+    # the sidebar names the first datasets and folds the rest into "+N"
+    shown = re.findall(r"\[(train|val|test)\] \(#[0-9a-f]+\)", datasets)
+    folded = re.search(r"^\+(\d+)$", datasets, re.MULTILINE)
+    assert shown and len(shown) + (int(folded.group(1)) if folded else 0) == 3, datasets
+    assert "evaluate" in text  # among the model's runs
+    assert "gate on test_accuracy" in text  # its description, with links to its runs
+    page.get_by_role("link", name="evaluate run").first.wait_for()
+    _shot(page, "10-logged-model.png")

@@ -238,13 +238,18 @@ def test_mlflow_ui_story_of_the_run_tree(first_run, client):
 
 
 def test_second_run_reuses_preprocessing_and_serves_the_champion(
-    home, first_run, smoke_second_run, tmp_path
+    home, first_run, smoke_second_run, client, tmp_path
 ):
     # The second run logged through an `mlflow server` over the same store (conftest.py).
     second, _ = smoke_second_run
     assert second["data"]["preprocess_cached"] is True
     assert second["data"]["fingerprint"] == first_run[0]["data"]["fingerprint"]
     assert second["model"]["version"] == str(int(first_run[0]["model"]["version"]) + 1)
+    # the same data as the champion's: measured against it (docs/gate.md), no drift
+    parent = client.get_run(second["mlflow"]["parent_run_id"])
+    assert parent.data.metrics["drift_max_psi"] == 0.0
+    assert parent.data.tags["trainflow.drift.champion_version"] == first_run[0]["model"]["version"]
+    assert "drift.json" in [a.path for a in client.list_artifacts(parent.info.run_id)]
 
     # predict on raw rows with the champion, straight from the registry
     import pyarrow.parquet as pq

@@ -1,4 +1,6 @@
-"""The gate on real data (digits): a champion whose stored score misleads, both ways.
+"""The gate on real data (digits): a champion whose stored score misleads, both ways; and
+new training data that drifted from the champion's (three pixels brightened) kept out by
+``mlflow.gate.max_drift``, or promoted with a warning.
 
 The champion's stored value was measured on its own test rows; here it says 0.999 (easier rows)
 or 0.5 (harder rows). The promote stage scores the champion on the challenger's test rows
@@ -138,3 +140,75 @@ def test_the_better_model_wins_on_the_same_rows(
     assert "at 95%" in version.description
     assert version.tags[gate.DECISION_TAG] == verdict
     print(f"promote stage with the champion scored on {rows} rows: {seconds:.2f} s")
+
+
+SHIFTED = ["pixel_20", "pixel_21", "pixel_43"]
+
+
+@pytest.fixture(scope="module")
+def shifted(ray_local, layout, tmp_path_factory):
+    """The digits with three pixels brightened by 6 (of 0..16): new data that drifted."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from training.config.overrides import load_config
+    from training.data.builtin import digits
+    from training.data.inputs import fingerprint, resolve_inputs
+    from training.data.preprocess import preprocess
+
+    pixels, labels = digits()
+    frame = pd.DataFrame({f"pixel_{i:02d}": pixels[:, i] for i in range(pixels.shape[1])})
+    for column in SHIFTED:
+        frame[column] = frame[column] + 6.0
+    frame["label"] = labels
+    path = tmp_path_factory.mktemp("shifted") / "digits-shifted.parquet"
+    pq.write_table(pa.Table.from_pandas(frame), path)
+    config = load_config(None, [f"data.source={path}"])
+    files = resolve_inputs(config.data)
+    return preprocess(config, layout, fingerprint(config.data, files), files)
+
+
+@pytest.mark.parametrize(("on_drift", "verdict"), [("block", gate.KEPT_CHAMPION), ("warn", None)])
+def test_a_shifted_table_is_blocked_by_max_drift(
+    manifest, shifted, models, tmp_path, on_drift, verdict
+):
+    from training.stages.drift_check import DRIFT_TABLE, measure
+    from training.stages.promote import promote
+    from training.stages.train import Trained
+    from training.tracking.store import configure
+
+    config = _config(tmp_path).with_overrides(
+        {"mlflow.gate.max_drift": 0.2, "mlflow.gate.on_drift": on_drift}
+    )
+    _champion_with_stored_value(config, models["weak"], 0.5, tmp_path / "champion")
+    tracker = configure(config)
+
+    same = measure(config, tracker, tracker.start_parent_run("same-data"), manifest)
+    assert same is not None and same.columns[0].psi < 0.05  # the champion's own data
+
+    parent = tracker.start_parent_run("shifted-data")
+    started = time.monotonic()
+    report = measure(config, tracker, parent, shifted)
+    print(f"drift against the champion measured in {time.monotonic() - started:.2f} s")
+    drifted = [d.column for d in report.over(0.2)]
+    assert set(drifted) == set(SHIFTED), report.columns[:5]
+    run = tracker.client.get_run(parent)
+    assert run.data.metrics["drift_psi.pixel_20"] > 0.2
+    assert run.data.metrics["drift_psi.pixel_00"] < 0.2
+    logged = tracker.client.list_artifacts(parent)
+    assert DRIFT_TABLE in [a.path for a in logged]
+
+    # the challenger, trained on the new data, beats the weak champion on the same rows
+    challenger = _evaluated(shifted, _state(shifted, 150, seed=2))
+    run_id = tracker.start_child_run(parent, "train", stage="train")
+    summary = promote(
+        config, shifted, Trained(None, run_id), challenger, parent, drift=report.to_dict()
+    )
+    record = summary.gate_record
+    assert summary.decision == (verdict or gate.PROMOTED), record
+    assert "'pixel_2" in record["reason"] and "PSI" in record["reason"]
+    assert {d["column"] for d in record["drift"]} == set(SHIFTED)
+    if on_drift == "block":
+        assert "max_drift 0.2" in record["reason"] and "on_drift=block" in record["reason"]
+    else:
+        assert "promoted anyway" in record["reason"]

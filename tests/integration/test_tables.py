@@ -65,6 +65,23 @@ def test_every_column_gets_its_role_and_gaps_are_imputed(penguins):
         assert np.isfinite(x).all()
 
 
+def test_the_spec_carries_the_train_split_as_a_drift_reference(penguins):
+    from training.data import drift
+
+    reference = penguins.spec.drift_reference
+    numeric = [c for c, r in ROLES.items() if r == "numeric"]
+    assert sorted(reference["numeric"]) == sorted(numeric)
+    assert set(reference["categorical"]) == {"island", "sex"}
+    island = reference["categorical"]["island"]
+    assert set(island["shares"]) == {"Biscoe", "Dream", "Torgersen"}
+    assert sum(island["shares"].values()) + island["missing"] == pytest.approx(1.0)
+    assert reference["categorical"]["sex"]["missing"] > 0  # the empty cells of 'sex'
+    bill = reference["numeric"]["bill_length_mm"]
+    assert len(bill["quantiles"]) == drift.QUANTILES and 0 < bill["missing"] < 0.05
+    assert 30 < bill["quantiles"][50] < 50  # the median bill, in mm
+    assert all(d.psi == 0.0 for d in drift.compare(reference, reference))
+
+
 def test_the_raw_rows_of_a_split_are_found_again(penguins):
     here = pd.concat(list(raw_split_here(penguins, "test")))
     assert len(here) == penguins.rows["test"]

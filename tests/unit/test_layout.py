@@ -87,7 +87,11 @@ TRAINING_BOTTOM = {
 # The one package that may import mlflow (any module under it) ...
 MLFLOW_HOME = "training.tracking"
 # ... except these, which decide without a server: no mlflow, nothing of ours but the bottom.
-MLFLOW_FREE = {"training.tracking.gate", "training.tracking.gate_stats"}
+MLFLOW_FREE = {
+    "training.tracking.gate",
+    "training.tracking.gate_stats",
+    "training.tracking.gate_drift",
+}
 # The registered model's own code, shipped inside every MLflow model (code_paths): it subclasses
 # mlflow.pyfunc.PythonModel, so it imports mlflow too, and it must load where trainflow is not
 # installed: nothing but the standard library, these packages and its own modules.
@@ -95,6 +99,8 @@ SHIPPED = "training.model.trainflow_pyfunc"
 # A text model's network and tokens step (hf.py, tokens.py) need transformers and tokenizers,
 # imported where they are used: a table's or an image's model loads without them.
 SHIPPED_MAY_IMPORT = {"torch", "numpy", "pandas", "mlflow", "transformers", "tokenizers"}
+#: Beyond those, per file: Pillow for the image decode only (image models pin it).
+SHIPPED_FILE_MAY_IMPORT = {"images.py": {"PIL"}}
 
 # The stages sit at the top of training/: each uses the rooms below (data, tune, loop, inference,
 # model, tracking, report) and none of them uses a stage; only tasks/ calls them.

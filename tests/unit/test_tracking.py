@@ -458,6 +458,8 @@ def test_tune_callback_one_finished_run_per_trial(tracker):
         assert run.data.tags["trainflow.trial_id"] in {"898e2_00000", "898e2_00001"}
         assert "trial_name" not in run.data.tags
         assert set(run.data.metrics) == {"train_loss", "val_accuracy"}
+        # logged first, so MLflow's compare view opens on it (the result had train_loss first)
+        assert list(run.data.metrics)[0] == "val_accuracy"
         assert run.data.metrics["val_accuracy"] == 1.0
         history = tracker.client.get_metric_history(run.info.run_id, "val_accuracy")
         assert [(m.step, m.value) for m in history] == [(1, 0.5), (2, 1.0)]
@@ -485,7 +487,14 @@ def test_log_and_register_model(registered):
     # logging the model must not end the caller's run
     assert tracker.client.get_run(registered["run"]).info.status == "RUNNING"
 
-    for uri in (info.model_uri, info.logged_model_uri, f"runs:/{registered['run']}/model"):
+    # Issue 33 item 3: the logged model is named after the registered model.
+    logged = tracker.client.get_logged_model(info.model_id)
+    assert logged.name == "unit-registered" and logged.source_run_id == registered["run"]
+    for uri in (
+        info.model_uri,
+        info.logged_model_uri,
+        f"runs:/{registered['run']}/unit-registered",
+    ):
         path = state_file(tracker, uri)
         assert path.name == "state.pt"
         state = torch.load(path, weights_only=True)
@@ -495,6 +504,27 @@ def test_log_and_register_model(registered):
     # MLflow exports the URIs it is given; processes started later must not inherit our store.
     assert "MLFLOW_REGISTRY_URI" not in os.environ
     assert "MLFLOW_TRACKING_URI" not in os.environ
+
+
+def test_the_logged_models_files_name_no_build_path(registered, tmp_path):
+    """Issue 33 item 3: MLmodel names the entry script and the state file inside the model,
+    not the temporary directory they were built in (gone once the model is logged)."""
+    from training.tracking.flavour import download_model
+
+    tracker, info = registered["tracker"], registered["info"]
+    model_dir = download_model(tracker, info.model_uri, str(tmp_path))
+    text = (model_dir / "MLmodel").read_text()
+    flavour = yaml.safe_load(text)["flavors"]["python_function"]
+    assert flavour["model_code_path"] == "trainflow_model.py"
+    assert flavour["artifacts"]["state"] == {
+        "path": "artifacts/state.pt",
+        "uri": "artifacts/state.pt",
+    }
+    # artifact_path: where the store keeps the model (this test's store lives under /tmp)
+    assert [line for line in text.splitlines() if "/tmp" in line] == [
+        f"artifact_path: {tracker.client.get_logged_model(info.model_id).artifact_location}"
+    ]
+    assert (model_dir / "trainflow_model.py").is_file()  # what MLflow loads by that name
 
 
 def test_register_again_from_same_run_reuses_version(registered, home):

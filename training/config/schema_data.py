@@ -32,10 +32,12 @@ class DataConfig(Section):
     source: str = Field(
         BUILTIN_DIGITS,
         description="builtin:digits|diabetes|penguins|bbc_news, or a parquet, CSV or JSON-lines "
-        "file or directory (local or s3://)",
+        "file or directory, or a folder of images in class sub-folders (local or s3://)",
     )
-    format: Literal["auto", "parquet", "csv", "json"] = Field(
-        "auto", description="file format (json: JSON lines); auto infers it from the suffix"
+    format: Literal["auto", "parquet", "csv", "json", "images"] = Field(
+        "auto",
+        description="file format (json: JSON lines; images: a folder root/<class>/<image> of "
+        "PNG/JPEG files); auto infers it from the suffixes",
     )
     label_column: str = Field("label", min_length=1, description="the column to predict")
     feature_columns: list[str] | None = Field(
@@ -62,7 +64,9 @@ class DataConfig(Section):
         100, ge=1, description="vocabulary size per categorical column; rarer values share one"
     )
     image_column: str | None = Field(
-        None, description="a column of fixed-size numeric arrays, used instead of features"
+        None,
+        description="a column of fixed-size numeric arrays, used instead of features (an image "
+        "folder's: the column the model takes, default image)",
     )
     image_shape: list[int] | None = Field(
         None, description="shape (C, H, W) of one image; needed by model.kind=cnn"

@@ -40,6 +40,17 @@ class GateConfig(Section):
         "promote",
         description="when the champion cannot score the new rows (columns gone, other classes)",
     )
+    max_drift: float | None = Field(
+        None,
+        ge=0,
+        description="largest population stability index of any column of the new training data "
+        "against the champion's (docs/gate.md); null: drift is measured and logged, never judged",
+    )
+    on_drift: Literal["block", "warn"] = Field(
+        "block",
+        description="a column drifted beyond max_drift: block keeps the champion, warn promotes "
+        "and says so",
+    )
 
 
 class MlflowConfig(Section):

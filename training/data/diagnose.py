@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from training.data.formats import iter_batches
+from training.data.formats import IMAGES, iter_batches
+from training.data.image_files import read_images_here, with_decoded_paths
 from training.data.schema import FIX_FILE, Plan, is_network, read_types
 from training.errors import DataValidationError, one_line
 from training.storage import filesystem
@@ -75,16 +76,26 @@ def _pieces(
     piece being read (so an error, or a caller, can say where)."""
     import pyarrow.parquet as pq
 
+    if plan.fmt == IMAGES:
+        at[0] = ""
+        yield from read_images_here([file], plan, endpoint_url)
+        return
     fs, path = filesystem(file, endpoint_url)
     if plan.fmt == "parquet":
         parquet = pq.ParquetFile(path, filesystem=fs)
         groups = parquet.num_row_groups
         for index in range(groups):
             at[0] = f"row group {index} of {groups}"
-            yield parquet.read_row_group(index, columns=columns)
+            yield _decoded(parquet.read_row_group(index, columns=columns), plan, endpoint_url)
         return
     types = {c: t for c, t in read_types(plan).items() if c in columns}
-    yield from iter_batches(fs, path, plan.fmt, columns, types)
+    for batch in iter_batches(fs, path, plan.fmt, columns, types):
+        yield _decoded(batch, plan, endpoint_url)
+
+
+def _decoded(piece, plan: Plan, endpoint_url: str | None):
+    """An image column of paths with each file decoded, so a bad image is found (and named)."""
+    return with_decoded_paths(piece, plan, endpoint_url) if plan.image_root else piece
 
 
 def locate_missing_labels(files: list[str], plan: Plan, endpoint_url: str | None) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from training.config import DataConfig
+from training.data import drift
 from training.data.fitting import TableFit, vocabulary
 from training.data.roles import FEATURE_ROLES, REASONS, UNSUPPORTED
 from training.data.schema import Plan
@@ -115,5 +116,23 @@ def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
         "text_columns": texts,
         "text_features": data.text_features if texts else 0,
         "cardinalities": [0] * width + cards + [0] * after,
+        "drift_reference": drift_reference(fit, numeric, list(categories)),
     }
     return state
+
+
+def drift_reference(fit: TableFit, numeric: list[str], categorical: list[str]) -> dict[str, Any]:
+    """The train split as a later run's drift check reads it (``training.data.drift``): from
+    the partials already added up, so no pass over the rows is added."""
+    present = np.asarray(fit.numeric[0], dtype=np.float64).tolist() if fit.numeric else []
+    gaps = np.asarray(fit.gaps).tolist() if fit.gaps is not None else []
+    return {
+        "numeric": {
+            column: drift.numeric_reference(fit.samples[i][1], present[i], gaps[i])
+            for i, column in enumerate(numeric[: drift.MAX_NUMERIC_COLUMNS])
+        },
+        "categorical": {
+            c: drift.categorical_reference(fit.counts.get(c, {}), fit.missing.get(c, 0))
+            for c in categorical
+        },
+    }

@@ -1,4 +1,5 @@
-"""Opening an input file of any format trainflow reads: parquet, CSV and JSON lines.
+"""Opening an input file of any format trainflow reads: parquet, CSV and JSON lines (and which
+suffixes are image files: a folder of them is read by ``image_files``).
 
 One place knows how each format is opened, so every pass (the footer check, the summary, the
 driver's small reads, a diagnosis, Ray Data's read) reads a file the same way: the same
@@ -20,6 +21,9 @@ SUFFIXES = {
     ".jsonl": "json",
     ".ndjson": "json",
 }
+#: The format of a folder of image files in class sub-folders, and its files' suffixes.
+IMAGES = "images"
+IMAGE_SUFFIXES = {".png": IMAGES, ".jpg": IMAGES, ".jpeg": IMAGES}
 #: Rows per batch of a parquet file read here (CSV and JSON read in their own blocks).
 BATCH_ROWS = 4096
 

@@ -23,12 +23,13 @@ from training.data.builtin import (
     ensure_digits32,
     ensure_penguins,
 )
-from training.data.formats import SUFFIXES
+from training.data.formats import IMAGE_SUFFIXES, IMAGES, SUFFIXES
+from training.data.image_files import list_images
 from training.errors import DataValidationError, ServiceUnreachableError, StorageError
 from training.storage import filesystem, is_remote, join, trainflow_home, upload_file
 
 # Bump when the output of preprocessing changes for the same input and config: old caches die.
-PREPROCESS_VERSION = "2"
+PREPROCESS_VERSION = "3"
 #: The bundled data sets: name -> the function that writes them under the home.
 BUILTIN = {
     BUILTIN_DIGITS: ensure_digits,
@@ -49,12 +50,16 @@ def _hidden(relative: str) -> bool:
 
 
 def resolve_inputs(
-    data: DataConfig, endpoint_url: str | None = None, storage_root: str | None = None
+    data: DataConfig,
+    endpoint_url: str | None = None,
+    storage_root: str | None = None,
+    labelled: bool = True,
 ) -> list[str]:
     """The input files of ``data.source``: a bundled set, one file, or a directory's files.
 
     With a remote ``storage_root`` a bundled set is copied there first: on a cluster, read
-    tasks run on nodes that do not share the driver's disk.
+    tasks run on nodes that do not share the driver's disk. Without ``labelled`` (rows to
+    predict) image files need no class folders.
     """
     source = data.source
     if source in BUILTIN:
@@ -85,6 +90,8 @@ def resolve_inputs(
         files = [_uri(source, path)]
         input_format(data, files)  # fail now on an unknown suffix
         return files
+    if data.format == IMAGES:
+        return list_images(source, endpoint_url, by_class=labelled)
     wanted = {s for s, f in SUFFIXES.items() if data.format in ("auto", f)}
     found = []
     for entry in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
@@ -92,6 +99,8 @@ def resolve_inputs(
         suffix = os.path.splitext(entry.path)[1].lower()
         if entry.type == pafs.FileType.File and suffix in wanted and not _hidden(relative):
             found.append(_uri(source, entry.path))
+    if not found and data.format == "auto" and _holds_images(fs, path):
+        return list_images(source, endpoint_url, by_class=labelled)
     if not found:
         kinds = "/".join(sorted(wanted))
         raise DataValidationError(
@@ -103,20 +112,32 @@ def resolve_inputs(
     return files
 
 
+def _holds_images(fs, path: str) -> bool:
+    """Whether a directory without tables holds image files (then it is an image folder)."""
+    listing = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    return any(os.path.splitext(e.path)[1].lower() in IMAGE_SUFFIXES for e in listing)
+
+
 def input_format(data: DataConfig, files: list[str]) -> str:
-    """``parquet``, ``csv`` or ``json`` (lines): ``data.format``, else every file's suffix (which
-    must agree)."""
+    """``parquet``, ``csv``, ``json`` (lines) or ``images``: ``data.format``, else every file's
+    suffix (which must agree)."""
     if data.format != "auto":
         return data.format
     formats = set()
+    known = {**SUFFIXES, **IMAGE_SUFFIXES}
     for file in files:
         suffix = os.path.splitext(file)[1].lower()
-        if suffix not in SUFFIXES:
+        if suffix in IMAGE_SUFFIXES and len(files) == 1:
+            raise DataValidationError(
+                f"{file!r} is one image; point data.source at the folder of class sub-folders "
+                "(root/<class>/<image>) that holds it"
+            )
+        if suffix not in known:
             raise DataValidationError(
                 f"cannot tell the format of {file!r} from its suffix {suffix!r}; "
                 "name the file .parquet, .csv or .jsonl, or set data.format to parquet, csv or json"
             )
-        formats.add(SUFFIXES[suffix])
+        formats.add(known[suffix])
     if len(formats) > 1:
         raise DataValidationError(
             f"{data.source!r} mixes {sorted(formats)} files; keep one format there, or set "

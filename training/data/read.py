@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow.fs as pafs
 
-from training.data.formats import iter_batches, ray_read, read_table
+from training.data.formats import IMAGES, iter_batches, ray_read, read_table
+from training.data.image_files import (
+    ray_read_images,
+    read_image_bytes,
+    read_images_here,
+    with_decoded_paths,
+)
 from training.data.rows import sample_keys
 from training.data.schema import Plan, read_types
 from training.data.token_lists import is_token_lists, padded_lists
@@ -24,6 +30,8 @@ if TYPE_CHECKING:
 
 _FOOTER_ACTORS = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
 _env_lock = threading.Lock()
+# Image files decoded per batch of a table of image paths.
+_IMAGE_PATH_BATCH_ROWS = 256
 # Rows per batch when a split is read without Ray (a trial's sample).
 _READ_BATCH_ROWS = 65_536
 
@@ -61,7 +69,18 @@ def input_bytes(files: list[str], endpoint_url: str | None) -> int:
 
 def read_input(files: list[str], plan: Plan, endpoint_url: str | None) -> ray.data.Dataset:
     """The input files as a Ray Dataset of the plan's columns (lazy: nothing is read yet)."""
-    return _read(files, plan.fmt, endpoint_url, plan.columns, read_types(plan))
+    if plan.fmt == IMAGES:
+        paths, fs = _located(files, endpoint_url)
+        return ray_read_images(paths, fs, plan)
+    dataset = _read(files, plan.fmt, endpoint_url, plan.columns, read_types(plan))
+    if plan.image_root is None:
+        return dataset
+    return dataset.map_batches(
+        with_decoded_paths,
+        fn_kwargs={"plan": plan, "endpoint_url": endpoint_url},
+        batch_format="pyarrow",
+        batch_size=_IMAGE_PATH_BATCH_ROWS,
+    )
 
 
 def read_input_here(files: list[str], plan: Plan, endpoint_url: str | None) -> ray.data.Dataset:
@@ -71,24 +90,38 @@ def read_input_here(files: list[str], plan: Plan, endpoint_url: str | None) -> r
     Ray Data's listing, footer and read tasks (about 6 s of worker start-up on digits)."""
     import ray.data
 
+    if plan.fmt == IMAGES:  # decoded by Ray's image reader once, for both passes
+        return read_input(files, plan, endpoint_url).materialize()
     tables = []
     for file in files:
         fs, path = filesystem(file, endpoint_url)
-        tables.append(read_table(fs, path, plan.fmt, plan.columns, read_types(plan)))
+        table = read_table(fs, path, plan.fmt, plan.columns, read_types(plan))
+        if plan.image_root is not None:
+            table = with_decoded_paths(table, plan, endpoint_url)
+        tables.append(table)
     return ray.data.from_arrow(tables)
 
 
 def input_batches(files: list[str], plan: Plan, endpoint_url: str | None):
     """The input's plan columns as pandas batches, file by file, read here with pyarrow
     (no Ray): for the few raw rows of a split, or a small split scored in this process."""
+    if plan.fmt == IMAGES:
+        for table in read_images_here(files, plan, endpoint_url):
+            yield table.to_pandas()
+        return
     for file in files:
         fs, path = filesystem(file, endpoint_url)
         for batch in iter_batches(fs, path, plan.fmt, plan.columns, read_types(plan)):
+            if plan.image_root is not None:
+                batch = with_decoded_paths(batch, plan, endpoint_url)
             yield batch.to_pandas()
 
 
 def read_raw(files: list[str], fmt: str, endpoint_url: str | None = None) -> ray.data.Dataset:
-    """New raw rows (every column) as a Ray Dataset, read like the training input."""
+    """New raw rows (every column) as a Ray Dataset, read like the training input; image files
+    as {image: the file's bytes, path} (the model decodes them as training did)."""
+    if fmt == IMAGES:
+        return read_image_bytes(*_located(files, endpoint_url))
     return _read(files, fmt, endpoint_url, None, None)
 
 
@@ -99,13 +132,18 @@ def _read(
     columns: list[str] | None,
     types: dict | None,
 ) -> ray.data.Dataset:
-    fs, paths = None, files
-    if is_remote(files[0]):
-        fs = filesystem(files[0], endpoint_url)[0]
-        paths = [filesystem(f, endpoint_url)[1] for f in files]
+    paths, fs = _located(files, endpoint_url)
     if fmt == "parquet":
         return _read_parquet(paths, fs, columns)
     return ray_read(paths, fs, fmt, columns, types)
+
+
+def _located(files: list[str], endpoint_url: str | None) -> tuple[list[str], object]:
+    """(the paths Ray Data reads, their file system: None for local files)."""
+    if not is_remote(files[0]):
+        return files, None
+    fs = filesystem(files[0], endpoint_url)[0]
+    return [filesystem(f, endpoint_url)[1] for f in files], fs
 
 
 def _split_files(manifest: Manifest, split: str, endpoint_url: str | None):

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from training.config import DataConfig
 from training.data.columns import check_image_shape, require_columns
-from training.data.formats import file_schema
+from training.data.formats import IMAGES, SUFFIXES, file_schema
 from training.data.roles import table_roles
 from training.errors import DataValidationError, ServiceUnreachableError
 from training.storage import filesystem
@@ -40,6 +41,10 @@ class Plan:
     image: str | None
     roles: dict[str, str] = field(default_factory=dict)
     ignored: dict[str, str] = field(default_factory=dict)
+    #: [C, H, W] every image file is decoded and resized to (an image folder, or paths).
+    image_shape: list[int] | None = None
+    #: Where the image column holds file paths: the directory relative ones start from.
+    image_root: str | None = None
 
     @property
     def hash_roles(self) -> dict[str, str]:
@@ -99,9 +104,12 @@ def is_network(exc: BaseException) -> bool:
 
 def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str | None) -> Plan:
     """Check every file's columns from its footer or header; the plan the passes read by."""
+    if fmt == IMAGES:
+        return _image_folder_plan(data)
     features = list(data.feature_columns) if data.feature_columns else None
     which = "data.feature_columns" if data.feature_columns else "the first file's columns"
     width = None
+    paths = False  # an image column of file paths
     total_rows: int | None = 0
     first_label: tuple[str, pa.DataType] | None = None
     roles: dict[str, str] = {}
@@ -113,7 +121,8 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
         require_columns(file, schema.names, label=data.label_column)
         first_label = _same_label_kind(file, schema.field(data.label_column).type, first_label)
         if data.image_column is not None:
-            width = _check_image_column(file, schema, data.image_column)
+            paths = _holds_paths(file, schema, data.image_column, paths)
+            width = None if paths else _check_image_column(file, schema, data.image_column)
             continue
         fix = f"Fix data.feature_columns or {FIX_FILE}"
         wanted = list(roles) or features or []
@@ -131,7 +140,51 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
         )
     if width is not None:
         check_image_shape(data.image_shape, width)
+    if paths:
+        return _image_paths_plan(data, fmt)
     return Plan(fmt, data.label_column, features, data.image_column, roles, ignored)
+
+
+def _image_folder_plan(data: DataConfig) -> Plan:
+    """An image folder's rows: its image column (``data.image_column``, default ``image``) of
+    pixels resized to ``data.image_shape``, and the class folder's name as the label."""
+    from training.model.trainflow_pyfunc.images import mode_of
+
+    if data.image_shape is None:
+        raise DataValidationError(
+            f"{data.source!r} reads image files: set data.image_shape to the [C, H, W] every "
+            "image is resized to, e.g. [1, 28, 28] (grey) or [3, 32, 32] (RGB)"
+        )
+    try:
+        mode_of(data.image_shape)
+    except ValueError as exc:
+        raise DataValidationError(f"data.image_shape: {exc}") from None
+    image = data.image_column or "image"
+    return Plan(IMAGES, data.label_column, None, image, image_shape=list(data.image_shape))
+
+
+def _holds_paths(file: str, schema: pa.Schema, column: str, so_far: bool) -> bool:
+    """Whether an image column holds file paths (text) rather than arrays, alike in every file."""
+    require_columns(file, schema.names, image=column)
+    dtype = schema.field(column).type
+    text = pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
+    if so_far and not text and not pa.types.is_null(dtype):
+        raise DataValidationError(
+            f"image column {column!r} holds file paths in the first file but {dtype} in {file}; "
+            f"{FIX_FILE}"
+        )
+    return so_far or text
+
+
+def _image_paths_plan(data: DataConfig, fmt: str) -> Plan:
+    """A table whose image column names image files: decoded and resized to data.image_shape."""
+    from training.data.image_files import image_root
+
+    folder = _image_folder_plan(data)
+    is_file = os.path.splitext(data.source)[1].lower() in SUFFIXES
+    root = image_root(data.source, is_file)
+    shape = folder.image_shape
+    return Plan(fmt, data.label_column, None, folder.image, image_shape=shape, image_root=root)
 
 
 def _numbers_everywhere(file: str, schema: pa.Schema, numeric: list[str], first_file: str) -> None:

@@ -55,24 +55,29 @@ def batch_rows(spec: FeatureSpec, most: int, budget_bytes: int) -> int:
     return max(64, min(most, budget_bytes // (8 * max(1, spec.num_features))))
 
 
-def _input_plan(manifest: Manifest):
+def _input_plan(manifest: Manifest, endpoint_url: str | None):
     """(data config, input files, read plan) as preprocessing had them."""
     from training.config import DataConfig
+    from training.data.formats import IMAGES
     from training.data.inputs import input_format
-    from training.data.schema import Plan
+    from training.data.schema import Plan, check_schema
 
     spec = manifest.spec
     data = DataConfig(**manifest.preprocessing)
     files = list(manifest.input_files)
     from training.data.rows import hash_roles
 
+    fmt = input_format(data, files)
+    if spec.image_column and fmt != IMAGES:  # an image table: arrays, or paths to decode
+        return data, files, check_schema(data, files, fmt, endpoint_url)
     roles = {} if spec.image_column else hash_roles(spec)
     plan = Plan(
-        input_format(data, files),
+        fmt,
         spec.label_column,
         spec.feature_columns,
         spec.image_column,
         roles,
+        image_shape=list(spec.input_shape) if spec.image_column else None,
     )
     return data, files, plan
 
@@ -82,7 +87,7 @@ def raw_split(manifest: Manifest, split: str, endpoint_url: str | None = None):
     from training.data.read import read_input
 
     spec = manifest.spec
-    data, files, plan = _input_plan(manifest)
+    data, files, plan = _input_plan(manifest, endpoint_url)
     return read_input(files, plan, endpoint_url).map_batches(
         _arrow_rows_of_split,
         fn_kwargs={"spec": spec.to_dict(), "split_config": data.split.model_dump(), "split": split},
@@ -96,7 +101,7 @@ def raw_split_here(manifest: Manifest, split: str, endpoint_url: str | None = No
     from training.data.read import input_batches
 
     spec = manifest.spec
-    data, files, plan = _input_plan(manifest)
+    data, files, plan = _input_plan(manifest, endpoint_url)
     for batch in input_batches(files, plan, endpoint_url):
         yield _rows_of_split(batch, spec.to_dict(), data.split.model_dump(), split)
 

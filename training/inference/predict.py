@@ -16,9 +16,11 @@ def predict_files(
     output: str,
     fmt: str = "parquet",
     use_gpu: bool = False,
+    constants: dict[str, str] | None = None,
 ) -> int:
     """Score raw rows with a packed MLflow model (on a GPU with ``use_gpu``); write inputs +
-    outputs, whole or nothing."""
+    outputs (+ a column per ``constants`` entry, e.g. the model version), whole or nothing."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from training.data.read import read_raw
@@ -35,6 +37,8 @@ def predict_files(
         writer = None
         try:
             for table in scored.iter_batches(batch_size=4096, batch_format="pyarrow"):
+                for name, value in (constants or {}).items():
+                    table = table.append_column(name, pa.array([value] * table.num_rows))
                 writer = writer or pq.ParquetWriter(tmp, table.schema)
                 writer.write_table(table)
                 rows += table.num_rows

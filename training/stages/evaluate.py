@@ -30,7 +30,8 @@ class Evaluated:
     """The test metrics and report, and what promote logs: the model's state (weights, spec,
     model config; no optimizer) and a few raw test rows (its input example); for the gate, the
     test split's raw rows with the true labels and the model's predictions in the same order
-    (None when the split is too large to hold in the driver)."""
+    (None when the split is too large to hold in the driver); the evaluate run (the logged
+    model's test metrics link to it)."""
 
     result: EvalResult
     state: dict[str, Any]
@@ -38,6 +39,7 @@ class Evaluated:
     test_rows: pd.DataFrame | None = None
     labels: np.ndarray | None = None
     predictions: np.ndarray | None = None
+    run_id: str | None = None
 
 
 #: The gate scores the champion on the test split's rows in the driver below this many rows
@@ -105,6 +107,7 @@ def evaluate(
         rows if same else None,
         scored.labels if same else None,
         scored.predictions if same else None,
+        run_id=eval_run,
     )
 
 

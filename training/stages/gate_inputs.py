@@ -3,13 +3,15 @@ the pure gate asked about both (called by the registry under the promotion lock)
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from training.config import PipelineConfig
 from training.errors import ConfigError
 from training.manifest import FeatureSpec
 from training.stages.evaluate import Evaluated
-from training.tracking import gate
+from training.tracking import gate, gate_drift
 from training.tracking.champion_scoring import score_champion
 
 
@@ -31,10 +33,17 @@ def rules_of(config: PipelineConfig) -> gate.Rules:
 
 class SameRows:
     """Judges a challenger against whichever version holds the champion alias when the lock is
-    taken, on the test rows the evaluate stage scored (``evaluated``)."""
+    taken, on the test rows the evaluate stage scored (``evaluated``), then weighs the drift of
+    its training data from the champion's (``drift``: a ``DriftReport`` as a dict, or None)."""
 
-    def __init__(self, config: PipelineConfig, name: str, evaluated: Evaluated):
-        self.config, self.name, self.evaluated = config, name, evaluated
+    def __init__(
+        self,
+        config: PipelineConfig,
+        name: str,
+        evaluated: Evaluated,
+        drift: dict[str, Any] | None = None,
+    ):
+        self.config, self.name, self.evaluated, self.drift = config, name, evaluated, drift
         self.rules = rules_of(config)
         self.champion_predictions: np.ndarray | None = None
         rows = evaluated.test_rows
@@ -47,6 +56,12 @@ class SameRows:
             )
 
     def judge(self, champion: gate.Champion, version: str) -> gate.Decision:
+        """The decision on the same rows, with the drift rule (``mlflow.gate.max_drift``)."""
+        g = self.config.mlflow.gate
+        decision = self._on_rows(champion, version)
+        return gate_drift.apply(decision, self.drift, g.max_drift, g.on_drift, g.metric, version)
+
+    def _on_rows(self, champion: gate.Champion, version: str) -> gate.Decision:
         """The decision on the same rows; on the stored values when the rows were not kept
         (a test split too large for the driver)."""
         evaluated = self.evaluated

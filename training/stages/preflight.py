@@ -80,6 +80,8 @@ def preview_spec(config: PipelineConfig, files: list[str], manifest: Manifest | 
     if manifest is not None:
         spec = manifest.spec
         return ModelSpec.of(spec.input_shape, spec.num_outputs, spec.task)
+    from training.data.formats import IMAGES
+    from training.data.image_files import class_of
     from training.data.inputs import input_format
     from training.data.schema import check_schema
 
@@ -96,6 +98,8 @@ def preview_spec(config: PipelineConfig, files: list[str], manifest: Manifest | 
         return ModelSpec.of(shape, 1, "regression")
     # Under data.task=auto a float label may still become a regression once preprocessing
     # looks at it; the factory is then built again with one output.
+    if fmt == IMAGES:  # an image folder's classes are its class folders
+        return ModelSpec.of(shape, len({class_of(f) for f in files}))
     return ModelSpec.of(shape, _distinct_labels(files, fmt, plan.label, endpoint))
 
 

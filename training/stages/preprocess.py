@@ -11,7 +11,7 @@ from training.data import inputs
 from training.data import preprocess as preprocessing
 from training.data.roles import role_line
 from training.manifest import Manifest
-from training.stages import preflight
+from training.stages import drift_check, preflight
 from training.stages.connect import connect_ray
 from training.storage import StorageLayout
 from training.tracking.runs import Tracker
@@ -27,12 +27,14 @@ class DataInputs:
 
 @dataclass(frozen=True)
 class Prepared:
-    """The preprocessed data, whether an earlier run's output was reused, and the config whose
-    metrics follow the data's task."""
+    """The preprocessed data, whether an earlier run's output was reused, the config whose
+    metrics follow the data's task, and the drift from the champion's training data (a
+    ``DriftReport`` as a dict; None: nothing to compare) for the gate."""
 
     manifest: Manifest
     cached: bool
     config: PipelineConfig
+    drift: dict | None = None
 
 
 def inspect_data(config: PipelineConfig) -> DataInputs:
@@ -66,7 +68,8 @@ def _columns_text(manifest: Manifest) -> str:
 def record(
     config: PipelineConfig, tracker: Tracker, parent_run: str, manifest: Manifest, cached: bool
 ) -> Prepared:
-    """Tag the parent run with the data and its task, log the manifest, report the rows.
+    """Tag the parent run with the data and its task, log the manifest, report the rows, and
+    measure the drift from the champion's training data.
 
     Run whether the preprocessing ran or was reused, so it sits apart from :func:`preprocess`.
     """
@@ -90,4 +93,10 @@ def record(
     )
     # The metrics the sweep ranks, checkpoints keep and the gate compares follow the task.
     # (a regression's are its RMSE where the config names accuracy: metrics.follow_task)
-    return Prepared(manifest, cached, config.with_overrides({"data.task": spec.task}))
+    drift = drift_check.measure(config, tracker, parent_run, manifest)
+    return Prepared(
+        manifest,
+        cached,
+        config.with_overrides({"data.task": spec.task}),
+        drift.to_dict() if drift is not None else None,
+    )

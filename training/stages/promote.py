@@ -13,7 +13,7 @@ from training.stages.evaluate import Evaluated
 from training.stages.gate_inputs import SameRows
 from training.stages.train import Trained
 from training.summary import ModelSummary
-from training.tracking import flavour, lineage, registry, store
+from training.tracking import flavour, lineage, model_evidence, registry, store, ui
 from training.tracking.champion_scoring import log_decision
 from training.tune.outcome import SweepOutcome
 
@@ -39,8 +39,10 @@ def promote(
     parent_run: str,
     sweep: SweepOutcome | None = None,
     run_id: str | None = None,
+    drift: dict | None = None,
 ) -> ModelSummary:
-    """Log the pyfunc model, register a version, alias challenger; champion only if it wins."""
+    """Log the pyfunc model, register a version, alias challenger; champion only if it wins
+    (``drift``: the preprocess stage's ``DriftReport`` as a dict, for ``mlflow.gate.max_drift``)."""
     # Every text first: the MLflow calls follow, and the stage's outcome is the last step.
     metrics, metric = evaluated.result.metrics, config.mlflow.gate.metric
     description = _version_description(config, manifest, metrics, sweep)
@@ -58,18 +60,23 @@ def promote(
                 **{k: f"{v:.6g}" for k, v in metrics.items()},
             },
         )
+    epoch = trained.outcome.checkpoint_metrics.get("epoch") if trained.outcome else None
+    model_evidence.link_evidence(
+        tracker, version.model_id, manifest, trained.run_id, epoch, evaluated.run_id
+    )
     registry.describe_model(tracker, page)
-    same_rows = SameRows(config, version.name, evaluated)
+    same_rows = SameRows(config, version.name, evaluated, drift)
     gate = registry.promote(tracker, version.version, metrics[metric], judge=same_rows.judge)
     record = gate["record"]
     if record is not None:
         log_decision(tracker, parent_run, record, *same_rows.logged())
-    registry.describe_model(
-        tracker,
+    described = (
         f"{description}; gate on {metric}: {gate['decision']} "
-        f"({_gate_text(gate, metrics[metric])}; pipeline run {parent_run})",
-        version=version.version,
+        f"({_gate_text(gate, metrics[metric])}; pipeline run {parent_run})"
+        f"{_run_links(tracker, parent_run)}"
     )
+    registry.describe_model(tracker, described, version=version.version)
+    model_evidence.describe(tracker, version.model_id, described)
     tracker.set_tags(parent_run, {"model_version": version.version, "gate": gate["decision"]})
     progress.report(
         "promote",
@@ -98,6 +105,16 @@ def _outcome(version: flavour.RegisteredVersion, gate: dict) -> ModelSummary:
         aliases=gate["aliases"],
         gate_record=record.to_dict() if record is not None else None,
     )
+
+
+def _run_links(tracker, parent_run: str) -> str:
+    """The version's runs as Markdown links (the UI renders the description as Markdown)."""
+    links = ui.run_tree_links(tracker, parent_run)
+    links["pipeline run"] = ui.run_page_url(tracker, parent_run)
+    lines = [f"- [{label}]({url})" for label, url in links.items()]
+    if not store.is_http(tracker.tracking_uri):
+        lines.append(f"- (a local store: start the UI first with `{ui.command(tracker)}`)")
+    return "\n\nRuns:\n" + "\n".join(lines)
 
 
 def _gate_text(gate: dict, value: float) -> str:

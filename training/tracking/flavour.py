@@ -25,7 +25,7 @@ from training.errors import DataValidationError, ModelNotFoundError, one_line
 from training.model import trainflow_pyfunc
 from training.model.trainflow_pyfunc.model import PREDICTION, STATE_ARTIFACT, class_columns
 from training.platform.secrets import redact
-from training.tracking import registry, ui
+from training.tracking import model_files, registry, ui
 from training.tracking.runs import Tracker, tag_values
 from training.tracking.signature import EXAMPLE_ROWS, input_example, signature
 from training.tracking.store import global_uris
@@ -79,6 +79,11 @@ class RegisteredVersion:
     source_run_id: str
     state_file: str  # the state file inside the model
 
+    @property
+    def model_id(self) -> str:
+        """The logged model's id (``m-...``)."""
+        return self.logged_model_uri.removeprefix("models:/")
+
 
 @dataclass(frozen=True)
 class PackedModel:
@@ -89,12 +94,14 @@ class PackedModel:
     classes: list[Any]
 
 
-def requirements(text_model: bool = False) -> list[str]:
-    """What loading the model needs, pinned to this environment's versions (a Hugging Face
-    text model: transformers and tokenizers too)."""
+def requirements(spec: dict[str, Any] | None = None, text_model: bool = False) -> list[str]:
+    """What loading the model needs, pinned to this environment's versions (Pillow for a model
+    of images: it decodes encoded ones; transformers and tokenizers for a Hugging Face text
+    model)."""
     pins = []
-    packages = ("mlflow", "torch", "pandas", "numpy")
-    for package in packages + (("transformers", "tokenizers") if text_model else ()):
+    images = ("pillow",) if spec and spec.get("image_column") else ()
+    text = ("transformers", "tokenizers") if text_model else ()
+    for package in ("mlflow", "torch", "pandas", "numpy", *images, *text):
         try:
             version = importlib.metadata.version(package).split("+")[0]  # drop "+cpu"
         except importlib.metadata.PackageNotFoundError:
@@ -122,7 +129,7 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
         "artifacts": artifacts,
         "signature": signature(spec, example),
         "input_example": example,
-        "pip_requirements": requirements(model_config.get("kind") == "hf")
+        "pip_requirements": requirements(spec, model_config.get("kind") == "hf")
         + factory.requirements(model_config),
         # A key MLflow lets a loader override: load_model(uri, model_config={"device": "cpu"}).
         "model_config": {"device": None},
@@ -161,13 +168,12 @@ def _servable(state_path: str, tmp: str) -> tuple[str, dict[str, Any]]:
 
 def save_model(state: dict[str, Any], path: str, raw_rows: pd.DataFrame | None = None) -> str:
     """Save a trainflow state (weights, spec, model config) as a model directory."""
-    import mlflow.pyfunc
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
         state_path = os.path.join(tmp, "state.pt")
         torch.save({k: v for k, v in state.items() if k != "optimizer"}, state_path)
-        mlflow.pyfunc.save_model(path, **model_kwargs(state_path, state["spec"], raw_rows, tmp))
+        model_files.save_model(path, **model_kwargs(state_path, state["spec"], raw_rows, tmp))
     return path
 
 
@@ -188,7 +194,6 @@ def log_model(
     ``run_id`` (a retried task) is returned instead of registering a duplicate.
     """
     import mlflow
-    import mlflow.pyfunc
     import torch
 
     name = registered_model_name(tracker.config)
@@ -208,9 +213,8 @@ def log_model(
                 global_uris(tracker.tracking_uri),
                 mlflow.start_run(run_id=run_id),
             ):
-                info = mlflow.pyfunc.log_model(
-                    name="model", **model_kwargs(state_path, spec, raw_rows, tmp)
-                )
+                # Named after the registered model: the MLflow UI lists logged models by name.
+                info = model_files.log_model(name, **model_kwargs(state_path, spec, raw_rows, tmp))
         finally:
             if was_running:  # leaving the `with` ended the run; ending it is the caller's job
                 tracker.client.update_run(run_id, status="RUNNING")

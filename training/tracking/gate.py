@@ -55,6 +55,7 @@ class GateRecord:
     rows: int | None = None
     rule: str = "interval"
     slices: list[dict] = field(default_factory=list)
+    drift: list[dict] = field(default_factory=list)  # columns drifted beyond gate.max_drift
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -65,6 +66,7 @@ class GateRecord:
     def table(self) -> dict[str, list]:
         """One row, columns as ``mlflow.log_table`` takes them (slices as JSON text)."""
         row = {**self.to_dict(), "slices": json.dumps(self.slices, default=str)}
+        row["drift"] = json.dumps(self.drift, default=str)
         row["interval"] = json.dumps(self.interval)
         return {key: [value] for key, value in row.items()}
 
@@ -255,5 +257,6 @@ def _record_tags(record: GateRecord) -> dict[str, str]:
     holds 5,000 characters: slices are cut to fit)."""
     text = record.to_json()
     if len(text) > 4900:
-        text = GateRecord(**{**record.to_dict(), "slices": record.slices[:3]}).to_json()[:4900]
+        cut = {"slices": record.slices[:3], "drift": record.drift[:3]}
+        text = GateRecord(**{**record.to_dict(), **cut}).to_json()[:4900]
     return {REASON_TAG: record.reason[:4900], RECORD_TAG: text}

@@ -22,6 +22,11 @@ def config_hash(config) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def dataset_name(manifest: Manifest, split: str) -> str:
+    """The name a split's dataset is logged under (its digest is the data fingerprint)."""
+    return f"{redact(manifest.source)} [{split}]"
+
+
 def log_datasets(tracker: Tracker, run_id: str, manifest: Manifest, splits: list[str]) -> None:
     """Log the splits a run read as its MLflow dataset inputs (context = the split)."""
     from mlflow.data.dataset_source_registry import resolve_dataset_source
@@ -43,7 +48,7 @@ def log_datasets(tracker: Tracker, run_id: str, manifest: Manifest, splits: list
     for split in splits:
         dataset = MetaDataset(
             source=resolve_dataset_source(redact(manifest.split_uris[split])),
-            name=f"{redact(manifest.source)} [{split}]",
+            name=dataset_name(manifest, split),
             digest=manifest.fingerprint,
             schema=schema,
         )

@@ -66,7 +66,7 @@ def promote(
     # once must not both read the old champion and the worse one write last.
     with registry_lock(client, name):
         client.set_registered_model_alias(name, CHALLENGER, version)
-        champion = _champion(tracker, name)
+        champion = current_champion(tracker, name)
         decision = gate.decide(metric, min_delta, version, challenger_value, champion)
         if judge is not None and champion is not None and not decision.repeated:
             decision = judge(champion, version)
@@ -100,7 +100,7 @@ def _why(decision: gate.Decision, metric: str) -> str:
     )
 
 
-def _champion(tracker: Tracker, name: str) -> gate.Champion | None:
+def current_champion(tracker: Tracker, name: str) -> gate.Champion | None:
     """The version aliased champion, as the gate reads it; None when there is none yet."""
     from mlflow.exceptions import MlflowException
 

@@ -51,19 +51,20 @@ def signature(spec: dict[str, Any], example: pd.DataFrame | None):
     regression: the predicted number only)."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, DataType, Schema
-    from mlflow.types.schema import Array
+    from mlflow.types.schema import AnyType
 
     columns = input_columns(spec)
     roles = spec.get("column_roles") or {}
-    if example is not None:
+    if spec.get("image_column"):
+        # Arrays, encoded PNG/JPEG bytes or their base64 text (JSON): the transform tells apart.
+        inputs = [ColSpec(AnyType(), columns[0])]
+    elif example is not None:
         # A table's columns may have gaps wherever training imputed them: not required values
         # (a text model's text is: it has no gap to fill).
         inputs = [
             ColSpec(_column_type(example[c], roles.get(c)), c, required=_required(c, roles))
             for c in columns
         ]
-    elif spec.get("image_column"):
-        inputs = [ColSpec(Array(DataType.double), columns[0])]
     else:
         inputs = [ColSpec(DataType.double, c) for c in columns]
     kind = "f" if spec.get("task") == "regression" else labels_array(spec["classes"]).dtype.kind

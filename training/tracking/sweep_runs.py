@@ -31,15 +31,18 @@ TRIAL_ID_TAG = "trainflow.trial_id"
 MODEL_METRIC_PREFIXES = ("train_", "val_")
 
 
-def model_metrics(result: dict[str, Any]) -> dict[str, float]:
-    """The model's metrics in one Tune result: numbers named ``train_*`` / ``val_*``."""
-    return {
+def model_metrics(result: dict[str, Any], first: str | None = None) -> dict[str, float]:
+    """The model's metrics in one Tune result: numbers named ``train_*`` / ``val_*``, the
+    metric ``first`` ahead of the others. MLflow's compare view plots a run's metrics in the
+    order they were first logged, opening on the first: the sweep's metric."""
+    metrics = {
         key: value
         for key, value in result.items()
         if str(key).startswith(MODEL_METRIC_PREFIXES)
         and isinstance(value, int | float)
         and not isinstance(value, bool)
     }
+    return dict(sorted(metrics.items(), key=lambda item: item[0] != first))
 
 
 def trial_step(result: dict[str, Any]) -> int | None:
@@ -55,6 +58,7 @@ def tune_callback(tracker: Tracker, sweep_run_id: str):
 
     sweep_tags = tracker.client.get_run(sweep_run_id).data.tags
     tags = {**inherited_tags(sweep_tags), PARENT_TAG: sweep_run_id, STAGE_TAG: "trial"}
+    sweep_metric = tracker.config.sweep.metric
 
     class TrialMetricsCallback(MLflowLoggerCallback):
         """One run per trial: named "trial NN" (the sweep stage renames it with its values once
@@ -72,7 +76,7 @@ def tune_callback(tracker: Tracker, sweep_run_id: str):
             self.mlflow_util.log_params(run_id=self._trial_runs[trial], params_to_log=params)
 
         def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-            step, metrics = trial_step(result), model_metrics(result)
+            step, metrics = trial_step(result), model_metrics(result, sweep_metric)
             if step is None or not metrics:
                 return
             self.mlflow_util.log_metrics(

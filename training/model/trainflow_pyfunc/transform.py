@@ -11,9 +11,10 @@ float64 (a gap filled with the train median), ``missing`` 0/1 indicators of thos
 ``categorical`` columns as one integer code each (0 other/unknown, 1 missing, 2.. the fitted
 vocabulary), ``datetime`` columns as year and cyclical month/weekday/hour, ``text`` columns as a
 hashed bag of word and character n-grams (``text_features.py``), an ``image`` column of
-equal-length arrays flattened. Their matrix is then checked finite and normalised by the train
-split's mean and std (a categorical code and a hashed text position have mean 0, std 1: they
-pass through unchanged). A new kind of column is one more step, not a second path. A Hugging Face
+equal-length arrays flattened (or of encoded PNG/JPEG bytes, decoded and resized as training's
+image reader did). Their matrix is then checked finite and normalised by the train split's
+mean and std (a categorical code and a hashed text position have mean 0, std 1: they pass
+through unchanged). A new kind of column is one more step, not a second path. A Hugging Face
 model's ``tokens`` step (``tokens.py``) is the one step whose rows differ in length: its token
 ids are not normalised, and each batch is padded where it is made.
 
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .images import ENCODED, decode, unreadable
 from .text_features import hashed_text, text_width
 from .tokens import token_ids, tokens_state
 from .transform_steps import DATETIME_WIDTH, TransformError, categorical_codes, datetime_parts
@@ -151,11 +153,31 @@ def _image(frame: pd.DataFrame, columns: list[str], spec: Mapping[str, Any]) -> 
     empty = sum(v is None or (np.ndim(v) == 0 and pd.isna(v)) for v in values)
     if empty:
         raise _empty_rows(column, empty)
+    if len(values) and isinstance(values[0], ENCODED):
+        return _decoded(values, column, spec)
     rows = [np.asarray(v, dtype=np.float64).ravel() for v in values]
     lengths = {len(r) for r in rows}
     if len(lengths) > 1:
         raise _ragged(column, lengths)
     return np.stack(rows) if rows else np.zeros((0, 0))
+
+
+def _decoded(values: np.ndarray, column: str, spec: Mapping[str, Any]) -> np.ndarray:
+    """Encoded image files (PNG, JPEG bytes) -> float64 [n, C*H*W], decoded and resized as
+    training's image reader did (``images.decode``)."""
+    if "input_shape" not in spec:
+        raise TransformError(f"column {column!r} holds encoded images but no image shape is known")
+    shape = spec["input_shape"]
+    rows = []
+    for index, value in enumerate(values):
+        try:
+            rows.append(decode(value, shape))
+        except (OSError, ValueError, TypeError) as exc:
+            raise TransformError(
+                f"column {column!r} row {index} is not a readable image: {unreadable(exc)}; send "
+                "PNG or JPEG bytes (base64 text in JSON), or arrays"
+            ) from None
+    return np.stack(rows).astype(np.float64)
 
 
 #: What each kind of step does to its columns: the frame -> float64 [n, its width].
