@@ -116,6 +116,13 @@ def test_training_rows_and_the_served_models_input_agree(tokens, table, tmp_path
     assert np.array_equal(seen[0].cpu().numpy(), expected.astype(np.int64))
     assert list(out.columns) == ["prediction", "business", "sports", "tech"]
     assert np.allclose(out[["business", "sports", "tech"]].sum(axis=1), 1.0)
+    from tokenizers import Tokenizer
+
+    shipped = Tokenizer.from_file(str(tmp_path / "model" / "artifacts" / "tokenizer.json"))
+    assert (
+        shipped.encode("shares rose").ids
+        == Tokenizer.from_str(tokens["tokenizer"]).encode("shares rose").ids
+    )
 
 
 def test_the_served_model_refuses_a_number_for_text(tokens, table, tmp_path):

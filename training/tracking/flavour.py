@@ -27,6 +27,7 @@ from training.model.trainflow_pyfunc.model import PREDICTION, STATE_ARTIFACT, cl
 from training.platform.secrets import redact
 from training.tracking import model_files, registry, ui
 from training.tracking.runs import Tracker, tag_values
+from training.tracking.servable import servable_state_file, tokenizer_file
 from training.tracking.signature import EXAMPLE_ROWS, input_example, signature
 from training.tracking.store import global_uris
 
@@ -118,14 +119,15 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
     """
     from training.model import factory
 
-    state_path, model_config = _servable(state_path, tmp)
+    state_path, model_config = servable_state_file(state_path, tmp)
+    artifacts = {STATE_ARTIFACT: str(state_path), **tokenizer_file(spec, tmp)}
     entry = os.path.join(tmp, "trainflow_model.py")
     Path(entry).write_text(_ENTRY)
     example = input_example(spec, raw_rows) if raw_rows is not None else None
     return {
         "python_model": entry,
         "code_paths": [str(CODE_DIR), *factory.code_paths(model_config)],
-        "artifacts": {STATE_ARTIFACT: str(state_path)},
+        "artifacts": artifacts,
         "signature": signature(spec, example),
         "input_example": example,
         "pip_requirements": requirements(spec, model_config.get("kind") == "hf")
@@ -133,24 +135,6 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
         # A key MLflow lets a loader override: load_model(uri, model_config={"device": "cpu"}).
         "model_config": {"device": None},
     }
-
-
-def _servable(state_path: str, tmp: str) -> tuple[str, dict[str, Any]]:
-    """(the state file the model carries, its model config). A Hugging Face model's checkpoint
-    is rewritten without its optimizer, a LoRA adapter merged into the weights
-    (``hf_model.servable_state``): the registered model needs no PEFT and no base model."""
-    import torch
-
-    state = torch.load(state_path, map_location="cpu", weights_only=True)
-    if state["model_config"].get("kind") != "hf":
-        return state_path, state["model_config"]
-    from training.model.hf_model import servable_state
-
-    state = servable_state({k: v for k, v in state.items() if k != "optimizer"})
-    os.makedirs(os.path.join(tmp, "servable"), exist_ok=True)
-    path = os.path.join(tmp, "servable", "state.pt")  # the name the model's files use
-    torch.save(state, path)
-    return path, state["model_config"]
 
 
 def save_model(state: dict[str, Any], path: str, raw_rows: pd.DataFrame | None = None) -> str:
