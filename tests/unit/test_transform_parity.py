@@ -324,3 +324,16 @@ def test_a_regression_label_goes_out_the_way_it_came_in(tmp_path):
     finally:
         hook.remove()
     np.testing.assert_allclose(predicted, frame["price"].to_numpy(), rtol=1e-6)
+
+
+def test_an_arrow_backed_integer_column_keys_like_a_numpy_one():
+    """Ray Data hands a UDF Arrow-backed columns: an int column declared categorical (or read
+    from parquet with a gap) must give the same vocabulary keys as the numpy column does."""
+    import pyarrow as pa
+
+    from training.model.trainflow_pyfunc.transform_steps import category_keys
+
+    arrow = pd.Series(pd.array([1, 2, None, 3], dtype=pd.ArrowDtype(pa.int64())))
+    plain = pd.Series([1.0, 2.0, np.nan, 3.0])
+    assert category_keys(arrow).tolist() == category_keys(plain).tolist()
+    assert category_keys(arrow).tolist()[:2] == ["1", "2"] and pd.isna(category_keys(arrow)[2])

@@ -33,10 +33,14 @@ def category_keys(series: pd.Series) -> pd.Series:
     if pd.api.types.is_bool_dtype(series):
         return series.astype("string")
     if pd.api.types.is_numeric_dtype(series):
-        values = pd.to_numeric(series, errors="coerce")
+        # As float64 numpy (an Arrow-backed int column, as Ray Data hands it, has no ``%``).
+        values = pd.Series(
+            series.to_numpy(dtype=np.float64, na_value=np.nan), index=series.index
+        )
         whole = values.notna() & (values % 1 == 0)
         keys = values.astype("string")
         keys[whole] = values[whole].astype("int64").astype("string")
+        keys[values.isna()] = pd.NA
         return keys
     return series.astype("string")
 
