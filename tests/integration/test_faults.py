@@ -332,7 +332,8 @@ class _QuotaFile:
 
 
 def _checkpoint_size(config, manifest) -> int:
-    """Bytes of one checkpoint of this model (weights + AdamW moments), as the loop saves it."""
+    """Bytes of one checkpoint of this model (weights, AdamW moments and the feature spec it
+    carries, drift reference included), as the loop saves it."""
     from training.model.networks import build_model
 
     spec = manifest.spec
@@ -341,7 +342,8 @@ def _checkpoint_size(config, manifest) -> int:
     model(torch.zeros(2, spec.num_features)).sum().backward()
     optimizer.step()
     buffer = io.BytesIO()
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    torch.save({**state, "spec": spec.to_dict(), "model_config": config.model.model_dump()}, buffer)
     return buffer.tell()
 
 
