@@ -19,6 +19,7 @@ from training import progress
 from training.config import DataConfig, PipelineConfig
 from training.data.diagnose import naming_bad_files
 from training.data.inputs import input_format
+from training.data.packing import pack_blocks, written_rows
 from training.data.read import input_bytes, read_input, read_input_here
 from training.data.roles import REASONS, role_line
 from training.data.rows import SPLIT, output_rows
@@ -108,10 +109,22 @@ def preprocess(
     rows_out = _per_batch(
         ds, output_rows, {"spec": spec, "split": data.split}, udf_modifying_row_count=False
     )
+    packed = spec.task == "causal_lm" and data.pack
+    if packed:  # a language model's texts as blocks of max_length tokens (training.data.packing)
+        rows_out = rows_out.map_batches(
+            pack_blocks, batch_format="pyarrow", fn_kwargs={"block": data.max_length}
+        )
     with naming_bad_files(files, plan, in_endpoint):
         _write(rows_out, data_dir, layout.endpoint_url)
 
     manifest = _manifest(fingerprint, data, data_dir, files, stats, spec)
+    if packed:
+        manifest.rows = written_rows(manifest.split_uris, layout.endpoint_url)
+        progress.report(
+            "preprocess",
+            f"packed into blocks of {data.max_length} tokens: "
+            + ", ".join(f"{s} {n:,}" for s, n in manifest.rows.items()),
+        )
     manifest.task_reason = reason
     manifest.ignored_columns = ignored
     # Last: the manifest is the completion marker.
