@@ -26,6 +26,10 @@ def lm_config(config: Mapping[str, Any], pad_id: int):
     raw = {k: v for k, v in dict(config).items() if k not in _NOT_ARCHITECTURE}
     built = AutoConfig.for_model(**raw)
     built.pad_token_id = int(pad_id)
+    for key in ("bos_token_id", "eos_token_id"):  # e.g. GPT-2's 50256 past a small vocabulary
+        value = getattr(built, key, None)
+        if isinstance(value, int) and value >= built.vocab_size:
+            setattr(built, key, None)
     return built
 
 
