@@ -117,3 +117,46 @@ def test_bad_causal_lm_configs_are_one_clear_error(overrides, message):
     with pytest.raises(ConfigError, match=None) as error:
         validate_config(_lm(**overrides))
     assert message in str(error.value)
+
+
+def test_max_length_beyond_the_models_positions_is_refused_before_anything_starts():
+    from training.stages.preflight import check_hf
+
+    config = validate_config(_lm(data={"task": "causal_lm", "max_length": 64}))
+    with pytest.raises(ConfigError, match=r"data.max_length=64 is more than the model's 32"):
+        check_hf(config)
+
+
+def test_inference_params_default_and_bad_values_are_named():
+    from training.model.trainflow_pyfunc.generation import inference_params
+
+    assert inference_params(None) == {"max_new_tokens": 32, "temperature": 0.0, "top_p": 1.0}
+    assert inference_params({"max_new_tokens": "5"})["max_new_tokens"] == 5
+    with pytest.raises(ValueError, match="temperature"):
+        inference_params({"temperature": -1.0})
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        inference_params({"max_new_tokens": 0})
+
+
+def test_a_prompt_drops_its_trailing_special_tokens_and_keeps_its_last_tokens():
+    from training.data.text_spec import fit_wordpiece
+    from training.model.trainflow_pyfunc.generation import end_id, prompt_ids
+
+    tokenizer = fit_wordpiece(["the bank said profits rose", "the match ended"] * 20, 60)
+    ids = prompt_ids(tokenizer, "the bank said", keep=100)
+    assert tokenizer.id_to_token(ids[0]) == "[CLS]" and tokenizer.id_to_token(ids[-1]) == "said"
+    assert prompt_ids(tokenizer, "the bank said", keep=2) == ids[-2:]
+    assert end_id(tokenizer) == tokenizer.token_to_id("[SEP]")
+
+
+def test_the_signature_takes_a_prompt_and_the_generation_params():
+    from training.tracking.signature import signature
+
+    sig = signature({"task": "causal_lm", "classes": []}, None)
+    assert sig.inputs.input_names() == ["prompt"]
+    assert sig.outputs.input_names() == ["generated_text"]
+    assert {p.name: p.default for p in sig.params.params} == {
+        "max_new_tokens": 32,
+        "temperature": 0.0,
+        "top_p": 1.0,
+    }
