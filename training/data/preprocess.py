@@ -110,21 +110,13 @@ def preprocess(
         ds, output_rows, {"spec": spec, "split": data.split}, udf_modifying_row_count=False
     )
     packed = spec.task == "causal_lm" and data.pack
-    if packed:  # a language model's texts as blocks of max_length tokens (training.data.packing)
-        rows_out = rows_out.map_batches(
-            pack_blocks, batch_format="pyarrow", fn_kwargs={"block": data.max_length}
-        )
+    rows_out = _packed(rows_out, data.max_length) if packed else rows_out
     with naming_bad_files(files, plan, in_endpoint):
         _write(rows_out, data_dir, layout.endpoint_url)
 
     manifest = _manifest(fingerprint, data, data_dir, files, stats, spec)
     if packed:
-        manifest.rows = written_rows(manifest.split_uris, layout.endpoint_url)
-        progress.report(
-            "preprocess",
-            f"packed into blocks of {data.max_length} tokens: "
-            + ", ".join(f"{s} {n:,}" for s, n in manifest.rows.items()),
-        )
+        _count_blocks(manifest, data.max_length, layout.endpoint_url)
     manifest.task_reason = reason
     manifest.ignored_columns = ignored
     # Last: the manifest is the completion marker.
@@ -137,6 +129,18 @@ def preprocess(
         task=task,
     )
     return manifest
+
+
+def _packed(rows: ray.data.Dataset, block: int) -> ray.data.Dataset:
+    """A language model's texts as blocks of ``block`` tokens (``training.data.packing``)."""
+    return rows.map_batches(pack_blocks, batch_format="pyarrow", fn_kwargs={"block": block})
+
+
+def _count_blocks(manifest: Manifest, block: int, endpoint_url: str | None) -> None:
+    """A packed split's rows are its blocks: counted as written, and said."""
+    manifest.rows = written_rows(manifest.split_uris, endpoint_url)
+    blocks = ", ".join(f"{s} {n:,}" for s, n in manifest.rows.items())
+    progress.report("preprocess", f"packed into blocks of {block} tokens: {blocks}")
 
 
 def _report_roles(spec: FeatureSpec, plan) -> dict[str, str]:
