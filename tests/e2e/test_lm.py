@@ -116,3 +116,20 @@ def test_the_champion_generates_from_a_prompt_with_params(home, run):
     assert first.equals(champion.predict(prompts, params=greedy))  # greedy: deterministic
     sampled = champion.predict(prompts, params={"max_new_tokens": 4, "temperature": 1.0})
     assert len(sampled) == 2
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("train.strategy=deepspeed", "pip install -e '.[deepspeed]'"),
+        ("data.max_length=512", "data.max_length=512 is more than the model's 128"),
+    ],
+)
+def test_bad_language_model_configs_are_refused_before_anything_starts(tmp_path, setting, message):
+    home = tmp_path / "refused"
+    config = str(Path(__file__).resolve().parents[2] / "configs" / "lm.yaml")
+    proc = run_cli(home, "run", "--config", config, "--set", setting)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text[-3000:]
+    assert message in text and "Traceback" not in text
+    assert not [p for p in ("ray", "prefect", "mlflow.db", "storage") if (home / p).exists()]
