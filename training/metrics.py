@@ -6,13 +6,19 @@ from typing import Any, Literal
 
 Mode = Literal["max", "min"]
 #: The validation metrics a sweep may rank by, and the test metrics a gate may compare.
-ValMetric = Literal["val_accuracy", "val_loss", "val_rmse", "val_mae", "val_r2"]
+ValMetric = Literal["val_accuracy", "val_loss", "val_rmse", "val_mae", "val_r2", "val_perplexity"]
 TestMetric = Literal[
-    "test_accuracy", "test_macro_f1", "test_loss", "test_rmse", "test_mae", "test_r2"
+    "test_accuracy",
+    "test_macro_f1",
+    "test_loss",
+    "test_rmse",
+    "test_mae",
+    "test_r2",
+    "test_perplexity",
 ]
 
 # Errors and losses go down as a model gets better; every other metric (accuracy, F1, R²) goes up.
-_LOWER_IS_BETTER = ("loss", "rmse", "mse", "mae")
+_LOWER_IS_BETTER = ("loss", "rmse", "mse", "mae", "perplexity")
 
 
 def direction(metric: str) -> Mode:
@@ -36,11 +42,24 @@ TASK_METRICS = {
     "classification": {"val_accuracy", "val_loss", "test_accuracy", "test_macro_f1", "test_loss"},
     "regression": {"val_loss", "val_rmse", "val_mae", "val_r2"}
     | {"test_loss", "test_rmse", "test_mae", "test_r2"},
+    "causal_lm": {"val_loss", "val_perplexity", "test_loss", "test_perplexity"},
 }
 #: Every per-epoch metric the loop may report (either task), in display order.
-EPOCH_METRICS = ("train_loss", "val_loss", "val_accuracy", "val_rmse", "val_mae", "val_r2")
+EPOCH_METRICS = (
+    "train_loss",
+    "val_loss",
+    "val_accuracy",
+    "val_rmse",
+    "val_mae",
+    "val_r2",
+    "val_perplexity",
+)
 # A classification metric a regression does not have -> the regression's own default.
 _REGRESSION_DEFAULT = {"accuracy": "rmse", "macro_f1": "rmse"}
+# A classifier's default metric -> a language model's: validation ranks by the loss (the
+# log of the perplexity), the gate compares test perplexity.
+_CAUSAL_LM_DEFAULT = {"val_accuracy": "val_loss", "test_accuracy": "test_perplexity"}
+_CAUSAL_LM_DEFAULT["test_macro_f1"] = "test_perplexity"
 
 
 def for_task(metric: str, task: str) -> str | None:
@@ -50,6 +69,8 @@ def for_task(metric: str, task: str) -> str | None:
     if task == "regression":
         split, _, name = metric.partition("_")
         metric = f"{split}_{_REGRESSION_DEFAULT.get(name, name)}"
+    if task == "causal_lm":
+        metric = _CAUSAL_LM_DEFAULT.get(metric, metric)
     known = set().union(*TASK_METRICS.values())
     if metric in known and metric not in TASK_METRICS.get(task, known):
         return None

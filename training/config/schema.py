@@ -7,11 +7,12 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 
 from training.config.capacity import check_fits_local_instance
+from training.config.causal_lm import check_causal_lm, check_deepspeed
 from training.config.dotted import describe_errors, flatten, set_dotted
 from training.config.schema_base import BUILTIN_DIGITS, DIGITS_IMAGE_SHAPE, Section
 from training.config.schema_data import DataConfig
 from training.config.schema_services import MlflowConfig, RayConfig, StorageConfig
-from training.config.schema_sweep import SweepConfig
+from training.config.schema_sweep import SweepConfig, default_search_space
 from training.config.schema_train import ModelConfig, TrainConfig
 from training.config.search_space import check_search_key
 from training.errors import ConfigError
@@ -38,6 +39,8 @@ class PipelineConfig(Section):
                 raise ValueError(
                     f"model.kind={self.model.kind} needs data.image_shape, e.g. [1, 28, 28]"
                 )
+        check_deepspeed(self.train)
+        check_causal_lm(self, default_search_space())
         if self.data.task != "auto":  # a regression ranks, keeps and gates by RMSE
             follow_task(self, self.data.task)
         if self.ray.address is None:

@@ -71,12 +71,22 @@ class DataConfig(Section):
     image_shape: list[int] | None = Field(
         None, description="shape (C, H, W) of one image; needed by model.kind=cnn"
     )
-    task: Literal["auto", "classification", "regression"] = Field(
-        "auto", description="auto: a float label with many values is a regression, else classes"
+    task: Literal["auto", "classification", "regression", "causal_lm"] = Field(
+        "auto",
+        description="auto: a float label with many values is a regression, else classes; "
+        "causal_lm: a language model learns the text column itself (model.kind=hf)",
     )
     split: SplitConfig = Field(default_factory=SplitConfig)
     max_length: int = Field(
-        128, ge=2, description="model.kind=hf: tokens per text, longer texts are truncated"
+        128,
+        ge=2,
+        description="model.kind=hf: tokens per text, longer texts are truncated (causal_lm with "
+        "pack: tokens per packed block)",
+    )
+    pack: bool = Field(
+        True,
+        description="causal_lm: concatenate the texts' tokens and cut them into blocks of "
+        "max_length (no padding, no truncation); false: one text per row, truncated",
     )
 
     @field_validator("image_shape")

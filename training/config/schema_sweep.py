@@ -19,7 +19,7 @@ class AshaConfig(Section):
     reduction_factor: float = Field(3, gt=1, description="keep 1/reduction_factor per rung")
 
 
-def _default_search_space() -> dict[str, SearchDomain]:
+def default_search_space() -> dict[str, SearchDomain]:
     return {
         "train.lr": SearchDomain(loguniform=(1e-3, 2e-2)),
         "train.weight_decay": SearchDomain(loguniform=(1e-5, 1e-2)),
@@ -40,7 +40,7 @@ class SweepConfig(Section):
     metric: ValMetric = Field("val_accuracy", description="ranked metric (regression: val_rmse)")
     mode: Literal["max", "min"] = Field("max", description="max | min")
     asha: AshaConfig = Field(default_factory=AshaConfig)
-    search_space: dict[str, SearchDomain] = Field(default_factory=_default_search_space)
+    search_space: dict[str, SearchDomain] = Field(default_factory=default_search_space)
     seed: int = Field(0, ge=0, description="seed of the sampled configurations")
     searcher: Literal["random", "optuna"] = Field(
         "random", description="random | optuna (Optuna's TPE, seeded with sweep.seed)"

@@ -60,7 +60,9 @@ class TrainConfig(Section):
         default_factory=lambda: {"CPU": 1.0}, description="Ray resources of each worker"
     )
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
-    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="ddp | fsdp (sharded params)")
+    strategy: Literal["ddp", "fsdp", "deepspeed"] = Field(
+        "ddp", description="ddp | fsdp (sharded params) | deepspeed (GPU only)"
+    )
     backend: Literal["auto", "gloo", "nccl"] = Field(
         "auto", description="torch.distributed backend; auto: nccl with GPUs, else gloo"
     )
@@ -84,6 +86,12 @@ class TrainConfig(Section):
     lr_schedule: Literal["constant", "cosine"] = Field("cosine", description="constant | cosine")
     warmup_ratio: float = Field(
         0.0, ge=0, lt=1, description="fraction of the optimizer steps the LR ramps up over"
+    )
+    grad_accum_steps: int = Field(
+        1, ge=1, description="micro-batches per optimizer step on each worker (same global batch)"
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="model.kind=hf: recompute activations in backward (less memory)"
     )
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
     max_failures: int = Field(1, ge=-1, description="worker-group restarts allowed; -1 = forever")

@@ -19,6 +19,7 @@ from training import progress
 from training.config import DataConfig, PipelineConfig
 from training.data.diagnose import naming_bad_files
 from training.data.inputs import input_format
+from training.data.packing import pack_blocks, written_rows
 from training.data.read import input_bytes, read_input, read_input_here
 from training.data.roles import REASONS, role_line
 from training.data.rows import SPLIT, output_rows
@@ -108,10 +109,14 @@ def preprocess(
     rows_out = _per_batch(
         ds, output_rows, {"spec": spec, "split": data.split}, udf_modifying_row_count=False
     )
+    packed = spec.task == "causal_lm" and data.pack
+    rows_out = _packed(rows_out, data.max_length) if packed else rows_out
     with naming_bad_files(files, plan, in_endpoint):
         _write(rows_out, data_dir, layout.endpoint_url)
 
     manifest = _manifest(fingerprint, data, data_dir, files, stats, spec)
+    if packed:
+        _count_blocks(manifest, data.max_length, layout.endpoint_url)
     manifest.task_reason = reason
     manifest.ignored_columns = ignored
     # Last: the manifest is the completion marker.
@@ -124,6 +129,18 @@ def preprocess(
         task=task,
     )
     return manifest
+
+
+def _packed(rows: ray.data.Dataset, block: int) -> ray.data.Dataset:
+    """A language model's texts as blocks of ``block`` tokens (``training.data.packing``)."""
+    return rows.map_batches(pack_blocks, batch_format="pyarrow", fn_kwargs={"block": block})
+
+
+def _count_blocks(manifest: Manifest, block: int, endpoint_url: str | None) -> None:
+    """A packed split's rows are its blocks: counted as written, and said."""
+    manifest.rows = written_rows(manifest.split_uris, endpoint_url)
+    blocks = ", ".join(f"{s} {n:,}" for s, n in manifest.rows.items())
+    progress.report("preprocess", f"packed into blocks of {block} tokens: {blocks}")
 
 
 def _report_roles(spec: FeatureSpec, plan) -> dict[str, str]:

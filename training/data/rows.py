@@ -189,13 +189,16 @@ def output_rows(batch: pd.DataFrame, spec: FeatureSpec, split: SplitConfig) -> p
     _require(batch, spec, with_labels=True, plain=plain)
     with _as_data_errors():  # transform_batch's steps, keeping the matrix the hashes are taken of
         raw = transform.raw_matrix(batch, plain)
-        out = transform.tensors(raw, labels, plain)
+        # A language model's targets are its own ids (below), not the label column.
+        out = transform.tensors(raw, None if spec.task == "causal_lm" else labels, plain)
     if spec.image_column or not spec.column_roles:
         hashes = hash_rows(raw, labels, split.seed)
     else:
         hashes = hash_rows(raw_values(batch, hash_roles(plain)), labels, split.seed)
     if spec.tokens:  # token ids: each row its own length, padded per batch when read
         vectors = token_lists(out[transform.FEATURES])
+        if spec.task == "causal_lm":  # the targets are the ids themselves (shifted in the loss)
+            out[transform.LABEL] = np.zeros(len(batch), dtype=np.int64)
     else:  # a plain fixed-size list (not Ray's tensor type): pyarrow alone reads it back
         features = out[transform.FEATURES].ravel()
         vectors = pa.FixedSizeListArray.from_arrays(pa.array(features), spec.num_features)

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 TOKENIZER_TEXTS = 50_000
 #: Why a column other than the text column is left out.
 NOT_USED = "not used by model.kind=hf (it reads the text column only)"
+#: Why a language model's table's label column is left out.
+LABEL_NOT_USED = "not used by data.task=causal_lm (the model learns the text itself)"
 
 
 def text_column(plan: Plan, stats: Stats, config: PipelineConfig) -> str:
@@ -127,13 +129,16 @@ def tokens_state(ds, plan: Plan, config: PipelineConfig, column: str) -> dict[st
         tokenizer, pad = pretrained.backend_tokenizer, hf_resolve.pad_id(pretrained)
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
     hf_resolve.check_fits(architecture, vocab, max_length)
-    return {
+    state = {
         "column": column,
         "tokenizer": tokenizer.to_str(),
         "max_length": int(max_length),
         "pad_id": int(pad),
         "vocab_size": int(vocab),
     }
+    if config.data.task == "causal_lm" and config.data.pack:
+        state["truncate"] = False  # whole texts, cut into blocks of max_length when packed
+    return state
 
 
 def text_spec(
@@ -148,6 +153,8 @@ def text_spec(
     roles = {c: ("text" if c == column else r) for c, r in plan.hash_roles.items()}
     ignored = {c: NOT_USED for c in roles if c != column}
     ignored.update(plan.ignored)
+    if task == "causal_lm":
+        ignored[config.data.label_column] = LABEL_NOT_USED
     spec = FeatureSpec(
         label_column=config.data.label_column,
         classes=classes,

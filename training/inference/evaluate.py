@@ -54,6 +54,8 @@ class EvalResult:
     def headline(self) -> str:
         """The one line the console shows: the task's main test metrics."""
         m = self.metrics
+        if self.task == "causal_lm":
+            return f"test perplexity {m['test_perplexity']:.4g} (loss {m['test_loss']:.4f})"
         if self.task == "regression":
             return f"test RMSE {m['test_rmse']:.4g}, MAE {m['test_mae']:.4g}, R² {m['test_r2']:.4f}"
         return f"test accuracy {m['test_accuracy']:.4f}, macro-F1 {m['test_macro_f1']:.4f}"

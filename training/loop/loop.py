@@ -21,10 +21,12 @@ from training.errors import TrainingDivergedError
 from training.loop import sharding
 from training.loop.contexts import LoopContext, TrainContext, epoch_seed
 from training.loop.schedule import optimizer_and_schedule, steps_per_epoch, warm_up, warmup_steps
+from training.loop.validation import validate as _validate
 from training.manifest import FeatureSpec
-from training.metrics import regression_metrics, worst
-from training.model.hf_model import checkpoint_model_config
+from training.metrics import worst
+from training.model.hf_model import checkpoint_model_config, enable_gradient_checkpointing
 from training.model.networks import build_model
+from training.model.trainflow_pyfunc.causal_lm import NextTokenLoss, target_count
 
 
 def loop_config(
@@ -149,6 +151,10 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
     batch_rows, micro_rows = step_plan(
         train.batch_size, ctx.world_size, int(settings.get("max_workers", 1))
     )
+    # train.grad_accum_steps: at least that many micro-batches per optimizer step.
+    micro_rows = min(micro_rows, math.ceil(batch_rows / train.grad_accum_steps))
+    if train.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     return _Run(
         ctx,
         config,
@@ -160,11 +166,18 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
         every_n_batches=int(settings.get("every_n_batches") or 0),
         batch_rows=batch_rows,
         micro_rows=micro_rows,
-        loss_fn=SquaredError() if spec.is_regression else nn.CrossEntropyLoss(reduction="sum"),
+        loss_fn=_loss_fn(spec),
         model_config=checkpoint_model_config(config.model, model),
         steps_per_epoch=steps_per_epoch(train, train_rows),
         warmup_steps=warmup_steps(train, max_epochs, train_rows),
     )
+
+
+def _loss_fn(spec: FeatureSpec) -> nn.Module:
+    """The summed loss of the task: cross-entropy of classes, squared error, next token."""
+    if spec.task == "causal_lm":
+        return NextTokenLoss()
+    return SquaredError() if spec.is_regression else nn.CrossEntropyLoss(reduction="sum")
 
 
 class SquaredError(nn.Module):
@@ -229,11 +242,15 @@ def _train_epoch(run: _Run, epoch: int, start: _Start) -> float:
         if run.warmup_steps:
             step = epoch * run.steps_per_epoch + done
             warm_up(run.optimizer, run.scheduler, step, run.warmup_steps)
+        if run.spec.task == "causal_lm":  # the targets are the ids, shifted by the loss
+            labels, units = features, target_count(features)
+        else:
+            units = len(labels)
         loss_sum = accumulate_gradients(
-            run.model, run.loss_fn, features, labels, run.micro_rows, bf16
+            run.model, run.loss_fn, features, labels, run.micro_rows, bf16, units
         )
         run.optimizer.step()
-        totals += torch.tensor([loss_sum, len(labels)], dtype=torch.float64)
+        totals += torch.tensor([loss_sum, units], dtype=torch.float64)
         if run.every_n_batches and done % run.every_n_batches == 0:
             _mid_epoch_checkpoint(run, epoch, done, totals)
     totals = run.ctx.all_reduce_sum(totals)
@@ -241,14 +258,22 @@ def _train_epoch(run: _Run, epoch: int, start: _Start) -> float:
 
 
 def accumulate_gradients(
-    model, loss_fn, features: torch.Tensor, labels: torch.Tensor, micro: int, bf16: bool = False
+    model,
+    loss_fn,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    micro: int,
+    bf16: bool = False,
+    units: int | None = None,
 ) -> float:
     """Backward over the batch in micro-batches of at most ``micro`` rows; returns the loss sum.
 
-    Each micro-batch's summed loss is divided by the whole batch's rows, so the accumulated
-    gradient equals one pass over the whole batch. DDP all-reduces once, on the last one.
+    Each micro-batch's summed loss is divided by the whole batch's ``units`` (its rows, or a
+    language model's next-token targets), so the accumulated gradient equals one pass over the
+    whole batch. DDP all-reduces once, on the last one.
     """
     rows, loss_total = len(labels), 0.0
+    units = rows if units is None else max(int(units), 1)
     for start in range(0, rows, micro):
         last = start + micro >= rows
         no_sync = getattr(model, "no_sync", None)
@@ -256,38 +281,9 @@ def accumulate_gradients(
             with torch.autocast(features.device.type, dtype=torch.bfloat16, enabled=bf16):
                 logits = model(features[start : start + micro])
             loss = loss_fn(logits.float(), labels[start : start + micro])
-            (loss / rows).backward()
+            (loss / units).backward()
         loss_total += loss.item()
     return loss_total
-
-
-@torch.no_grad()
-def _validate(run: _Run) -> dict[str, float]:
-    """Validation metrics over every rank's share of the validation split: val_loss and
-    val_accuracy, or a regression's val_loss (normalised MSE) and val_rmse, val_mae, val_r2
-    in the label's own unit."""
-    run.model.eval()
-    regression = run.spec.is_regression
-    # Sums, all-reduced: loss, rows, then correct (classes) or sum e², sum |e|, sum y, sum y².
-    totals = torch.zeros(6 if regression else 3, dtype=torch.float64)
-    for features, labels in run.ctx.val_batches(run.batch_rows):
-        output = run.model(features)
-        sums = [run.loss_fn(output, labels).item(), len(labels)]
-        if regression:
-            y = labels.double()
-            error = output.squeeze(1).double() - y
-            sums += [error.square().sum(), error.abs().sum(), y.sum(), y.square().sum()]
-        else:
-            sums.append((output.argmax(dim=1) == labels).sum())
-        totals += torch.tensor([float(v) for v in sums], dtype=torch.float64)
-    # All-reduce so every rank (and rank 0's report that Tune sees) has the global metrics.
-    totals = run.ctx.all_reduce_sum(totals).tolist()
-    rows = max(totals[1], 1.0)
-    if not regression:
-        return {"val_loss": totals[0] / rows, "val_accuracy": totals[2] / rows}
-    # The sums are in the normalised unit: RMSE and MAE scale back by the label's std.
-    metrics = regression_metrics([totals[1], *totals[2:]], scale=run.spec.label_std)
-    return {"val_loss": totals[0] / rows, **metrics}
 
 
 def _mid_epoch_checkpoint(run: _Run, epoch: int, done: int, totals: torch.Tensor) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from torch import nn
 
 from training.config import ModelConfig
+from training.model.trainflow_pyfunc.causal_lm import CAUSAL_LM, HFCausalLM, lm_config
 from training.model.trainflow_pyfunc.hf import HFClassifier, hf_config, plain_config
 
 
@@ -32,12 +33,12 @@ def _base_model(name_or_path: str, num_outputs: int, task: str, pad_id: int) -> 
     )
 
 
-def with_lora(model: nn.Module, lora: Mapping[str, Any]) -> nn.Module:
+def with_lora(model: nn.Module, lora: Mapping[str, Any], task: str = "") -> nn.Module:
     """``model`` with a LoRA adapter: its own weights frozen, the adapter and head trainable."""
     from peft import LoraConfig, TaskType, get_peft_model
 
     config = LoraConfig(
-        task_type=TaskType.SEQ_CLS,
+        task_type=TaskType.CAUSAL_LM if task == CAUSAL_LM else TaskType.SEQ_CLS,
         r=int(lora["r"]),
         lora_alpha=float(lora["alpha"]),
         lora_dropout=float(lora["dropout"]),
@@ -48,11 +49,13 @@ def with_lora(model: nn.Module, lora: Mapping[str, Any]) -> nn.Module:
 
 def build_hf_training_network(
     model_config: Mapping[str, Any], num_outputs: int, task: str, tokens: Mapping[str, Any]
-) -> HFClassifier:
+) -> HFClassifier | HFCausalLM:
     """The network a worker trains (a checkpoint's self-contained config builds the same)."""
     from transformers import AutoModelForSequenceClassification
 
     hf, pad_id = model_config["hf"], int(tokens["pad_id"])
+    if task == CAUSAL_LM:
+        return _causal_lm(hf, pad_id)
     if hf.get("name_or_path"):
         model = _base_model(hf["name_or_path"], num_outputs, task, pad_id)
     else:
@@ -61,6 +64,30 @@ def build_hf_training_network(
     if hf.get("lora"):
         model = with_lora(model, hf["lora"])
     return HFClassifier(model, pad_id)
+
+
+def _causal_lm(hf: Mapping[str, Any], pad_id: int) -> HFCausalLM:
+    """A language model to train: pretrained (a directory or hub id) or from a config."""
+    from transformers import AutoModelForCausalLM
+
+    if hf.get("name_or_path"):
+        model = AutoModelForCausalLM.from_pretrained(hf["name_or_path"])
+        model.config.pad_token_id = pad_id
+    else:
+        model = AutoModelForCausalLM.from_config(lm_config(hf["config"], pad_id))
+    if hf.get("lora"):
+        model = with_lora(model, hf["lora"], CAUSAL_LM)
+    return HFCausalLM(model, pad_id)
+
+
+def enable_gradient_checkpointing(network: nn.Module) -> None:
+    """train.gradient_checkpointing: the Hugging Face model recomputes its layers' activations
+    in backward instead of keeping them (less memory, one more forward per step)."""
+    model = getattr(network, "model", None)
+    if model is None or not hasattr(model, "gradient_checkpointing_enable"):
+        raise ValueError("train.gradient_checkpointing needs model.kind=hf")
+    # Non-reentrant: works with frozen inputs (LoRA) and under DDP.
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _architecture(network: nn.Module) -> Any:
@@ -93,7 +120,7 @@ def servable_state(state: dict[str, Any]) -> dict[str, Any]:
     outputs = 1 if spec.get("task") == "regression" else len(spec["classes"])
     network = build_hf_training_network(model_config, outputs, spec.get("task"), spec["tokens"])
     network.load_state_dict(state["model"])
-    merged = HFClassifier(network.model.merge_and_unload(), network.pad_id)
+    merged = type(network)(network.model.merge_and_unload(), network.pad_id)
     plain = copy.deepcopy(model_config)
     plain["hf"]["lora"] = None
     return {**state, "model": merged.state_dict(), "model_config": plain}

@@ -75,6 +75,10 @@ def evaluate(
     """Score the test split's raw rows through the pyfunc model the checkpoint becomes; log
     trainflow's report and MLflow's own evaluation (classifier or regressor) of the same
     predictions."""
+    if manifest.spec.task == "causal_lm":  # perplexity and generated samples
+        from training.stages.evaluate_lm import evaluate_lm
+
+        return evaluate_lm(config, manifest, checkpoint_path, parent_run)
     connect_ray(config)
     tracker = store.configure(config)
     eval_run = tracker.start_child_run(parent_run, "evaluate", stage="evaluate")

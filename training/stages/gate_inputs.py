@@ -104,6 +104,11 @@ def _stored_value(
         "the test split is too large to score both models in the driver: compared with the "
         "value stored on the champion (its own test rows)"
     )
+    if evaluated.result.task == "causal_lm":
+        reason = (
+            "a language model has no per-row predictions: its test perplexity is compared "
+            "with the value stored on the champion (the same test blocks when the data is)"
+        )
     record = gate.GateRecord(
         rules.metric,
         decision.decision,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from training.model.trainflow_pyfunc.causal_lm import CAUSAL_LM
+from training.model.trainflow_pyfunc.generation import DEFAULT_PARAMS, GENERATED, PROMPT
 from training.model.trainflow_pyfunc.model import (
     PREDICTION,
     class_columns,
@@ -53,6 +55,8 @@ def signature(spec: dict[str, Any], example: pd.DataFrame | None):
     from mlflow.types import ColSpec, DataType, Schema
     from mlflow.types.schema import AnyType
 
+    if spec.get("task") == CAUSAL_LM:
+        return _lm_signature()
     columns = input_columns(spec)
     roles = spec.get("column_roles") or {}
     if spec.get("image_column"):
@@ -74,12 +78,37 @@ def signature(spec: dict[str, Any], example: pd.DataFrame | None):
     return ModelSignature(Schema(inputs), Schema(outputs))
 
 
+def _lm_signature():
+    """A language model's: a prompt in, its generated text out, the generation's settings as
+    inference params (``predict(df, params={...})``, or ``params`` in a serving request)."""
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
+
+    kinds = {int: DataType.long, float: DataType.double}
+    params = [ParamSpec(k, kinds[type(v)], v) for k, v in DEFAULT_PARAMS.items()]
+    return ModelSignature(
+        Schema([ColSpec(DataType.string, PROMPT)]),
+        Schema([ColSpec(DataType.string, GENERATED)]),
+        ParamSchema(params),
+    )
+
+
+def lm_prompts(spec: dict[str, Any], raw_rows: pd.DataFrame, words: int = 8) -> list[str]:
+    """Prompts of a language model from raw rows: the first ``words`` words of each text."""
+    column = spec["tokens"]["column"]
+    return [" ".join(str(text).split()[:words]) for text in raw_rows[column]]
+
+
 def _required(column: str, roles: dict[str, str]) -> bool:
     return not roles or roles.get(column) == "text"
 
 
 def input_example(spec: dict[str, Any], raw_rows: pd.DataFrame) -> pd.DataFrame:
     """A few raw rows of the columns the model reads, arrays as lists (JSON-able)."""
+    if spec.get("task") == CAUSAL_LM:
+        import pandas as pd
+
+        return pd.DataFrame({PROMPT: lm_prompts(spec, raw_rows.head(EXAMPLE_ROWS))})
     example = raw_rows[input_columns(spec)].head(EXAMPLE_ROWS).reset_index(drop=True)
     if spec.get("image_column"):
         column = spec["image_column"]

@@ -28,6 +28,8 @@ import pandas as pd
 import torch
 from mlflow.exceptions import MlflowException
 
+from .causal_lm import CAUSAL_LM
+from .generation import GENERATED, PROMPT, generate_texts
 from .networks import build_network
 from .tokens import padded, tokens_state
 from .transform import FEATURES, TransformError, check_columns, is_regression, label_values
@@ -141,6 +143,8 @@ class TrainflowModel(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input, params=None) -> pd.DataFrame:
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        if self.spec.get("task") == CAUSAL_LM:
+            return self.generate(frame, params)
         if self.regression:
             return pd.DataFrame({PREDICTION: self.values(frame)})
         probs = self.probabilities(frame)
@@ -148,6 +152,19 @@ class TrainflowModel(mlflow.pyfunc.PythonModel):
         for i, name in enumerate(class_columns(list(self.spec["classes"]))):
             out[name] = probs[:, i]
         return pd.DataFrame(out)
+
+    def generate(self, frame: pd.DataFrame, params=None) -> pd.DataFrame:
+        """A language model's continuations of the ``prompt`` column (``generation.py``)."""
+        if PROMPT not in frame.columns or not len(frame):
+            raise bad_input(f"a language model needs a {PROMPT!r} column of text, with rows")
+        prompts = frame[PROMPT].tolist()
+        if not all(isinstance(p, str) for p in prompts):
+            raise bad_input(f"column {PROMPT!r} holds values that are not text")
+        try:
+            texts = generate_texts(self.network, self.spec["tokens"], prompts, params, self.device)
+        except ValueError as exc:
+            raise bad_input(str(exc)) from None
+        return pd.DataFrame({GENERATED: texts})
 
 
 def class_columns(classes: list[Any]) -> list[str]:

@@ -34,12 +34,16 @@ def tokens_state(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 @functools.lru_cache(maxsize=4)
-def tokenizer_of(tokenizer_json: str, max_length: int):
-    """The fast tokenizer of a JSON string, truncating to ``max_length``, never padding."""
+def tokenizer_of(tokenizer_json: str, max_length: int | None):
+    """The fast tokenizer of a JSON string, truncating to ``max_length`` (None: never),
+    never padding."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_str(tokenizer_json)
-    tokenizer.enable_truncation(max_length)
+    if max_length is None:
+        tokenizer.no_truncation()
+    else:
+        tokenizer.enable_truncation(max_length)
     tokenizer.no_padding()
     return tokenizer
 
@@ -60,7 +64,9 @@ def token_ids(frame: pd.DataFrame, columns: list[str], spec: Mapping[str, Any]) 
     """A text column -> one int32 array of token ids per row (an object array [n])."""
     (column,) = columns
     state = spec[TOKENS]
-    tokenizer = tokenizer_of(state["tokenizer"], int(state["max_length"]))
+    # A packed language model's texts are whole: packing cuts them into max_length blocks.
+    limit = int(state["max_length"]) if state.get("truncate", True) else None
+    tokenizer = tokenizer_of(state["tokenizer"], limit)
     encodings = tokenizer.encode_batch(texts(frame, column))
     rows = np.empty(len(encodings), dtype=object)
     for i, encoding in enumerate(encodings):

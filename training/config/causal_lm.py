@@ -1,0 +1,48 @@
+"""The cross-checks of a language model's config (``data.task: causal_lm``): what the task
+needs (a Hugging Face model), what it cannot do on CPUs (DeepSpeed), and which keys a sweep may
+vary (the loop's and the Hugging Face model's: a language model has no MLP to resize)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+CAUSAL_LM = "causal_lm"
+#: Sweep keys a language model has: the loop's knobs and ``model.hf.*`` (LoRA's rank ...).
+SWEEPABLE_PREFIXES = ("train.", "model.hf.")
+
+
+def check_causal_lm(config: Any, default_space: dict[str, Any]) -> None:
+    """ValueError naming the key for a config the causal-LM task cannot run."""
+    if config.data.task != CAUSAL_LM:
+        return
+    if config.model.kind != "hf":
+        raise ValueError(
+            f"data.task=causal_lm trains a Hugging Face language model: set model.kind: hf "
+            f"(with model.hf), not {config.model.kind}"
+        )
+    sweep = config.sweep
+    if sweep.search_space == default_space:  # the classifier's default: not the task's keys
+        sweep.search_space = {
+            k: v for k, v in default_space.items() if k.startswith(SWEEPABLE_PREFIXES)
+        }
+    for key in sweep.search_space:
+        if not key.startswith(SWEEPABLE_PREFIXES):
+            raise ValueError(
+                f"sweep.search_space key {key!r} is not a key of data.task=causal_lm; sweep "
+                "train.* (e.g. train.lr, train.warmup_ratio) or model.hf.* (e.g. "
+                "model.hf.lora.r)"
+            )
+
+
+def check_deepspeed(train: Any) -> None:
+    """DeepSpeed runs on GPUs only: on CPUs one error saying so (before any cluster starts)."""
+    if train.strategy == "deepspeed" and not train.use_gpu:
+        raise ValueError(
+            "train.strategy=deepspeed needs GPUs (train.use_gpu: true) and the DeepSpeed extra "
+            "(pip install -e '.[deepspeed]'); on CPUs use train.strategy: ddp or fsdp"
+        )
+    if train.strategy == "deepspeed":  # the loop does not drive DeepSpeed's engine yet
+        raise ValueError(
+            "train.strategy=deepspeed is not supported by trainflow's loop yet; use "
+            "train.strategy: fsdp (sharded parameters) or ddp"
+        )

@@ -1,0 +1,89 @@
+"""A Hugging Face causal language model as a trainflow network (``data.task: causal_lm``):
+padded token ids in (``tokens.PAD`` where a row has ended), next-token logits
+``[batch, positions, vocab]`` out. Built from plain data as the classifier is (``hf.py``): a
+config dict, a state dict, the tokenizer's JSON; loads without a download or trainflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from .tokens import PAD
+
+CAUSAL_LM = "causal_lm"
+
+
+def lm_config(config: Mapping[str, Any], pad_id: int):
+    """The transformers config of a plain dict (``hf.plain_config``), padding with ``pad_id``."""
+    from transformers import AutoConfig
+
+    from .hf import _NOT_ARCHITECTURE
+
+    raw = {k: v for k, v in dict(config).items() if k not in _NOT_ARCHITECTURE}
+    built = AutoConfig.for_model(**raw)
+    built.pad_token_id = int(pad_id)
+    for key in ("bos_token_id", "eos_token_id"):  # e.g. GPT-2's 50256 past a small vocabulary
+        value = getattr(built, key, None)
+        if isinstance(value, int) and value >= built.vocab_size:
+            setattr(built, key, None)
+    return built
+
+
+class HFCausalLM(nn.Module):
+    """The wrapped language model, fed trainflow's batches (ids padded with PAD, any dtype)."""
+
+    def __init__(self, model: nn.Module, pad_id: int):
+        super().__init__()
+        self.model = model
+        self.pad_id = int(pad_id)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        ids = ids.long()
+        mask = ids != PAD
+        # Columns past the batch's longest row are padding only: cut them.
+        width = max(1, int(mask.sum(dim=1).max())) if len(ids) else 1
+        ids, mask = ids[:, :width], mask[:, :width]
+        ids = ids.masked_fill(~mask, self.pad_id)
+        return self.model(input_ids=ids, attention_mask=mask.long()).logits
+
+
+def build_causal_lm_network(model_config: Mapping[str, Any], tokens: Mapping[str, Any]):
+    """The network of a registered or checkpointed language model (weights from its state)."""
+    from transformers import AutoModelForCausalLM
+
+    hf = model_config["hf"]
+    if hf.get("config") is None or hf.get("lora"):
+        raise ValueError(
+            "this state holds a pretrained or LoRA model config; rebuild it with "
+            "training.model.hf_model (the registered model holds a plain config)"
+        )
+    pad_id = int(tokens["pad_id"])
+    return HFCausalLM(AutoModelForCausalLM.from_config(lm_config(hf["config"], pad_id)), pad_id)
+
+
+class NextTokenLoss(nn.Module):
+    """The causal LM loss: cross-entropy of each position's logits against the next token,
+    summed over the targets (PAD positions and each row's last token have none)."""
+
+    def forward(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        targets = next_tokens(ids, logits.shape[1])
+        return nn.functional.cross_entropy(
+            logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100, reduction="sum"
+        )
+
+
+def next_tokens(ids: torch.Tensor, width: int) -> torch.Tensor:
+    """Each position's target: the next id (-100 where there is none), ``width`` columns."""
+    ids = ids[:, :width].long()
+    targets = torch.full_like(ids, -100)
+    targets[:, :-1] = ids[:, 1:].masked_fill(ids[:, 1:] == PAD, -100)
+    return targets
+
+
+def target_count(ids: torch.Tensor) -> int:
+    """Next-token targets in a batch of padded ids: each row's tokens but its first."""
+    return int((ids != PAD).sum()) - int((ids[:, :1] != PAD).sum())
