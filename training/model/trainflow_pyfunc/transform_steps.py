@@ -34,9 +34,7 @@ def category_keys(series: pd.Series) -> pd.Series:
         return series.astype("string")
     if pd.api.types.is_numeric_dtype(series):
         # As float64 numpy (an Arrow-backed int column, as Ray Data hands it, has no ``%``).
-        values = pd.Series(
-            series.to_numpy(dtype=np.float64, na_value=np.nan), index=series.index
-        )
+        values = pd.Series(series.to_numpy(dtype=np.float64, na_value=np.nan), index=series.index)
         whole = values.notna() & (values % 1 == 0)
         keys = values.astype("string")
         keys[whole] = values[whole].astype("int64").astype("string")
