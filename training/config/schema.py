@@ -38,6 +38,11 @@ class PipelineConfig(Section):
                 raise ValueError(
                     f"model.kind={self.model.kind} needs data.image_shape, e.g. [1, 28, 28]"
                 )
+        if self.train.engine == "hf_trainer" and self.model.kind != "hf":
+            raise ValueError(
+                f"train.engine=hf_trainer trains Hugging Face models: it needs model.kind=hf "
+                f"(not {self.model.kind}); use train.engine=loop"
+            )
         if self.data.task != "auto":  # a regression ranks, keeps and gates by RMSE
             follow_task(self, self.data.task)
         if self.ray.address is None:
