@@ -127,9 +127,17 @@ def build_trainer(
 ):
     """A TorchTrainer from config: scaling, run, checkpoint and failure settings in one place.
 
-    ``train_fn`` is the per-worker loop; tests pass a wrapper that injects faults.
+    ``train_fn`` is the per-worker loop; tests pass a wrapper that injects faults. With
+    ``train.engine: hf_trainer`` the loop's place goes to a transformers Trainer, which reads
+    Ray Data shards (never in-memory splits).
     """
     import ray.train
+
+    hf_trainer = config.train.engine == "hf_trainer"
+    if hf_trainer and train_fn is train_worker:
+        from training.loop.hf_trainer import hf_trainer_worker
+
+        train_fn = hf_trainer_worker
 
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
@@ -149,7 +157,7 @@ def build_trainer(
         split_rows=manifest.rows,
     )
     fewest_workers = workers if isinstance(workers, int) else workers[0]
-    splits = in_memory_splits(config, manifest, fewest_workers)
+    splits = None if hf_trainer else in_memory_splits(config, manifest, fewest_workers)
     if splits is not None:
         settings["in_memory_splits"] = splits
         datasets = None
