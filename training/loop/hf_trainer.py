@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -147,8 +148,11 @@ def _resume(network: nn.Module) -> tuple[list[dict[str, float]], int]:
     return list(state["history"]), int(state["epoch"])
 
 
-def hf_trainer_worker(settings: dict[str, Any]) -> list[dict[str, float]]:
-    """``train_loop_per_worker`` of the TorchTrainer with ``train.engine: hf_trainer``."""
+def hf_trainer_worker(
+    settings: dict[str, Any], extra_callbacks: Sequence[Any] = ()
+) -> list[dict[str, float]]:
+    """``train_loop_per_worker`` of the TorchTrainer with ``train.engine: hf_trainer``;
+    ``extra_callbacks``: more TrainerCallbacks (benchmark B10 stamps epochs with one)."""
     import ray.train
     from ray.train.huggingface.transformers import prepare_trainer
     from transformers import Trainer, TrainingArguments
@@ -180,7 +184,7 @@ def hf_trainer_worker(settings: dict[str, Any]) -> list[dict[str, float]]:
             train_dataset=_shard_batches("train", plan.per_device_batch, spec, config.train.seed),
             eval_dataset=_shard_batches("val", plan.per_device_batch, spec, None),
             compute_metrics=compute_metrics_for(spec),
-            callbacks=[callback],
+            callbacks=[callback, *extra_callbacks],
         )
         prepare_trainer(trainer).train()
     last = history[-1]["train_loss"] if history else 0.0
