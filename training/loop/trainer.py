@@ -48,6 +48,8 @@ def in_memory_splits(
 
     from training.data.read import load_split_arrays
 
+    if config.train.engine == "hf_trainer":
+        return None  # a Trainer reads Ray Data shards, as Ray Train's guide feeds it
     row_bytes = manifest.spec.row_bytes
     cache_bytes = config.train.shard_cache_mb * 1024**2
     for split in ("train", "val"):
@@ -127,17 +129,11 @@ def build_trainer(
 ):
     """A TorchTrainer from config: scaling, run, checkpoint and failure settings in one place.
 
-    ``train_fn`` is the per-worker loop; tests pass a wrapper that injects faults. With
-    ``train.engine: hf_trainer`` the loop's place goes to a transformers Trainer, which reads
-    Ray Data shards (never in-memory splits).
+    ``train_fn`` is the per-worker loop; tests pass a wrapper that injects faults.
     """
     import ray.train
 
-    hf_trainer = config.train.engine == "hf_trainer"
-    if hf_trainer and train_fn is train_worker:
-        from training.loop.hf_trainer import hf_trainer_worker
-
-        train_fn = hf_trainer_worker
+    train_fn = _engine_worker(config, train_fn)
 
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
@@ -157,7 +153,7 @@ def build_trainer(
         split_rows=manifest.rows,
     )
     fewest_workers = workers if isinstance(workers, int) else workers[0]
-    splits = None if hf_trainer else in_memory_splits(config, manifest, fewest_workers)
+    splits = in_memory_splits(config, manifest, fewest_workers)
     if splits is not None:
         settings["in_memory_splits"] = splits
         datasets = None
@@ -177,6 +173,16 @@ def build_trainer(
         datasets=datasets,
         run_config=_run_config(train, name, storage_path, storage_filesystem, callbacks),
     )
+
+
+def _engine_worker(config: PipelineConfig, train_fn):
+    """``train_fn``, or with ``train.engine: hf_trainer`` the worker that runs a transformers
+    Trainer in the loop's place (a test's or benchmark's own ``train_fn`` is kept)."""
+    if config.train.engine == "hf_trainer" and train_fn is train_worker:
+        from training.loop.hf_trainer import hf_trainer_worker
+
+        return hf_trainer_worker
+    return train_fn
 
 
 def _scaling_config(train, workers: int | tuple[int, int]):
