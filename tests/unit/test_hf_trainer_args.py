@@ -104,12 +104,14 @@ def test_an_epochs_trainer_logs_take_the_loops_names():
 
     logs = [
         {"loss": 0.9, "learning_rate": 0.001, "epoch": 1.0, "step": 4},
-        {"eval_loss": 0.7, "eval_accuracy": 0.6, "eval_runtime": 0.1, "epoch": 1.0, "step": 4},
+        {"eval_loss": 0.7, "eval_accuracy": 0.6, "eval_runtime": 0.1, "step": 4},
+        {"eval_samples_per_second": 30.0, "eval_steps_per_second": 3.0},
     ]
     metrics = epoch_metrics(logs, epoch=2, world_size=2)
     assert metrics["epoch"] == 2 and metrics["train_loss"] == 0.9 and metrics["lr"] == 0.001
     assert metrics["val_loss"] == 0.7 and metrics["val_accuracy"] == 0.6
     assert metrics["workers"] == 2.0
+    assert not [key for key in metrics if "runtime" in key or "per_second" in key]
 
 
 def test_the_trainer_model_returns_the_loops_mean_loss():

@@ -67,7 +67,9 @@ def epoch_metrics(logs: list[dict[str, Any]], epoch: int, world_size: int) -> di
         merged.update(log)
     metrics = {"epoch": epoch, "train_loss": float(merged["loss"])}
     for key, value in merged.items():
-        if key.startswith("eval_") and isinstance(value, int | float):
+        # The evaluation's metrics, not its timings (eval_runtime, eval_samples_per_second, ...).
+        timing = key.endswith(("_runtime", "_per_second"))
+        if key.startswith("eval_") and not timing and isinstance(value, int | float):
             metrics["val_" + key.removeprefix("eval_")] = float(value)
     metrics["lr"] = float(merged.get("learning_rate", 0.0))
     metrics["workers"] = float(world_size)
