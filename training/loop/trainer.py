@@ -48,6 +48,8 @@ def in_memory_splits(
 
     from training.data.read import load_split_arrays
 
+    if config.train.engine == "hf_trainer":
+        return None  # a Trainer reads Ray Data shards, as Ray Train's guide feeds it
     row_bytes = manifest.spec.row_bytes
     cache_bytes = config.train.shard_cache_mb * 1024**2
     for split in ("train", "val"):
@@ -131,6 +133,8 @@ def build_trainer(
     """
     import ray.train
 
+    train_fn = _engine_worker(config, train_fn)
+
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
     # (min, max): Train V2's elastic policy starts with what fits and resizes within the bounds.
@@ -169,6 +173,16 @@ def build_trainer(
         datasets=datasets,
         run_config=_run_config(train, name, storage_path, storage_filesystem, callbacks),
     )
+
+
+def _engine_worker(config: PipelineConfig, train_fn):
+    """``train_fn``, or with ``train.engine: hf_trainer`` the worker that runs a transformers
+    Trainer in the loop's place (a test's or benchmark's own ``train_fn`` is kept)."""
+    if config.train.engine == "hf_trainer" and train_fn is train_worker:
+        from training.loop.hf_trainer import hf_trainer_worker
+
+        return hf_trainer_worker
+    return train_fn
 
 
 def _scaling_config(train, workers: int | tuple[int, int]):
