@@ -49,6 +49,21 @@ def _hidden(relative: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative.split("/"))
 
 
+def _builtin_files(source: str, endpoint_url: str | None, storage_root: str | None) -> list[str]:
+    """A bundled set written under the home (copied to a remote storage root when there is one)."""
+    if source not in BUILTIN:
+        raise DataValidationError(
+            f"unknown built-in data set {source!r}; use one of {sorted(BUILTIN)} or a parquet, "
+            "CSV or JSON-lines path, or a folder of images"
+        )
+    local = BUILTIN[source](trainflow_home())
+    if storage_root and is_remote(storage_root):
+        name = source.removeprefix("builtin:")
+        target = join(storage_root, "datasets", name, os.path.basename(local))
+        return [upload_file(local, target, endpoint_url)]
+    return [local]
+
+
 def resolve_inputs(
     data: DataConfig,
     endpoint_url: str | None = None,
@@ -62,18 +77,8 @@ def resolve_inputs(
     predict) image files need no class folders.
     """
     source = data.source
-    if source in BUILTIN:
-        local = BUILTIN[source](trainflow_home())
-        if storage_root and is_remote(storage_root):
-            name = source.removeprefix("builtin:")
-            target = join(storage_root, "datasets", name, os.path.basename(local))
-            return [upload_file(local, target, endpoint_url)]
-        return [local]
     if source.startswith("builtin:"):
-        raise DataValidationError(
-            f"unknown built-in data set {source!r}; use one of {sorted(BUILTIN)} or a "
-            "parquet/CSV path"
-        )
+        return _builtin_files(source, endpoint_url, storage_root)
     fs, path = filesystem(source, endpoint_url)
     try:
         info = fs.get_file_info(path)
