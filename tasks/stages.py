@@ -17,7 +17,7 @@ from training.stages import preprocess as preprocess_stage
 from training.stages import promote as promote_stage
 from training.stages import sweep as sweep_stage
 from training.stages import train as train_stage
-from training.stages.evaluate import Evaluated
+from training.stages.evaluated import Evaluated
 from training.stages.preprocess import DataInputs
 from training.stages.train import Trained
 from training.storage import StorageLayout

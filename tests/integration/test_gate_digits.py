@@ -51,7 +51,7 @@ def _evaluated(manifest, state):
     """What the evaluate stage hands promote: metrics, state, and the test rows it scored."""
     from training.data.splits import raw_split_here
     from training.inference.evaluate import evaluate_state
-    from training.stages.evaluate import Evaluated
+    from training.stages.evaluated import Evaluated
 
     result, scored = evaluate_state(state, manifest, "test")
     rows = pd.concat(list(raw_split_here(manifest, "test")), ignore_index=True)

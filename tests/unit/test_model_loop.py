@@ -224,7 +224,7 @@ def test_loop_resume_refuses_an_unsafe_checkpoint(unsafe_checkpoint):
 
 def test_evaluate_and_promote_loads_refuse_an_unsafe_checkpoint(unsafe_checkpoint):
     from training.loop.checkpoint import load_model_state
-    from training.stages.evaluate import load_checkpoint_state
+    from training.stages.evaluated import load_checkpoint_state
 
     directory, marker = unsafe_checkpoint
     with pytest.raises(UnsafeCheckpointError):

@@ -8,10 +8,7 @@ The checkpoint is loaded once and the example rows read once, here: promote take
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from training import progress
@@ -21,26 +18,9 @@ from training.inference.evaluate import SCORE_HERE_BELOW_ROWS, EvalResult, evalu
 from training.manifest import FeatureSpec, Manifest
 from training.report.plots import evaluation_plots, regression_plots
 from training.stages.connect import connect_ray
+from training.stages.evaluated import Evaluated, load_checkpoint_state
 from training.tracking import evaluation, flavour, lineage, store
 from training.tracking.runs import Tracker
-
-
-@dataclass
-class Evaluated:
-    """The test metrics and report, and what promote logs: the model's state (weights, spec,
-    model config; no optimizer) and a few raw test rows (its input example); for the gate, the
-    test split's raw rows with the true labels and the model's predictions in the same order
-    (None when the split is too large to hold in the driver); the evaluate run (the logged
-    model's test metrics link to it)."""
-
-    result: EvalResult
-    state: dict[str, Any]
-    example: pd.DataFrame
-    test_rows: pd.DataFrame | None = None
-    labels: np.ndarray | None = None
-    predictions: np.ndarray | None = None
-    run_id: str | None = None
-
 
 #: The gate scores the champion on the test split's rows in the driver below this many rows
 #: (the split scored in the driver, in the order the gate reads it again).
@@ -53,20 +33,6 @@ def _test_rows(manifest: Manifest, endpoint: str | None) -> pd.DataFrame | None:
         return None
     batches = list(raw_split_here(manifest, "test", endpoint))
     return pd.concat(batches, ignore_index=True) if batches else None
-
-
-def load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict[str, Any]:
-    """A checkpoint's state (local or remote storage), loaded with ``weights_only``."""
-    from ray.train import Checkpoint
-
-    from training.loop.checkpoint import load_model_state
-    from training.storage import filesystem, is_remote
-
-    fs, path = filesystem(checkpoint_path, config.storage.endpoint_url)
-    remote = is_remote(checkpoint_path)
-    checkpoint = Checkpoint(path if remote else checkpoint_path, filesystem=fs if remote else None)
-    with checkpoint.as_directory() as directory:
-        return load_model_state(directory)
 
 
 def evaluate(

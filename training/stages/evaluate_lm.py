@@ -23,7 +23,7 @@ from training.manifest import Manifest
 from training.model.hf_model import servable_state
 from training.model.trainflow_pyfunc.causal_lm import NextTokenLoss, target_count
 from training.model.trainflow_pyfunc.model import TrainflowModel
-from training.stages.evaluate import Evaluated, load_checkpoint_state
+from training.stages.evaluated import Evaluated, load_checkpoint_state
 from training.tracking import flavour, lineage, store
 from training.tracking.signature import lm_prompts
 

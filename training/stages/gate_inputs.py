@@ -10,7 +10,7 @@ import numpy as np
 from training.config import PipelineConfig
 from training.errors import ConfigError
 from training.manifest import FeatureSpec
-from training.stages.evaluate import Evaluated
+from training.stages.evaluated import Evaluated
 from training.tracking import gate, gate_drift
 from training.tracking.champion_scoring import score_champion
 

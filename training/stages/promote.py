@@ -9,7 +9,7 @@ from training import progress
 from training.config import PipelineConfig, registered_model_name
 from training.loop.checkpoint import save_state
 from training.manifest import Manifest
-from training.stages.evaluate import Evaluated
+from training.stages.evaluated import Evaluated
 from training.stages.gate_inputs import SameRows
 from training.stages.train import Trained
 from training.summary import ModelSummary

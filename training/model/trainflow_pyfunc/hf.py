@@ -76,11 +76,6 @@ def build_hf_network(
     ``model.hf.config`` (its weights come from the state dict)."""
     from transformers import AutoModelForSequenceClassification
 
-    if task == "causal_lm":  # a language model's own head: next-token logits
-        from .causal_lm import build_causal_lm_network
-
-        return build_causal_lm_network(model_config, tokens)
-
     hf = model_config["hf"]
     if hf.get("config") is None or hf.get("lora"):
         raise ValueError(

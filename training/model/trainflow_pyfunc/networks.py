@@ -113,6 +113,10 @@ def build_network(
     ``tokens``: a text model's tokenizer state (the spec's)."""
     kind = model_config.get("kind")
     if kind == "hf":
+        if task == "causal_lm":  # a language model's own head: next-token logits
+            from .causal_lm import build_causal_lm_network
+
+            return build_causal_lm_network(model_config, tokens or {})
         from .hf import build_hf_network  # transformers: only a text model needs it
 
         return build_hf_network(model_config, num_classes, task, tokens or {})

@@ -1,0 +1,44 @@
+"""What the evaluate stage hands on (the promote stage and the gate read it), and the one way a
+stage loads a checkpoint's state: shared by the evaluation of every task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from training.config import PipelineConfig
+from training.inference.evaluate import EvalResult
+
+
+@dataclass
+class Evaluated:
+    """The test metrics and report, and what promote logs: the model's state (weights, spec,
+    model config; no optimizer) and a few raw test rows (its input example); for the gate, the
+    test split's raw rows with the true labels and the model's predictions in the same order
+    (None when the split is too large to hold in the driver); the evaluate run (the logged
+    model's test metrics link to it)."""
+
+    result: EvalResult
+    state: dict[str, Any]
+    example: pd.DataFrame
+    test_rows: pd.DataFrame | None = None
+    labels: np.ndarray | None = None
+    predictions: np.ndarray | None = None
+    run_id: str | None = None
+
+
+def load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict[str, Any]:
+    """A checkpoint's state (local or remote storage), loaded with ``weights_only``."""
+    from ray.train import Checkpoint
+
+    from training.loop.checkpoint import load_model_state
+    from training.storage import filesystem, is_remote
+
+    fs, path = filesystem(checkpoint_path, config.storage.endpoint_url)
+    remote = is_remote(checkpoint_path)
+    checkpoint = Checkpoint(path if remote else checkpoint_path, filesystem=fs if remote else None)
+    with checkpoint.as_directory() as directory:
+        return load_model_state(directory)
