@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,23 @@ def isolated_environment():
     yield
     os.environ.clear()
     os.environ.update(before)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def isolated_module_environment():
+    """The same for a module's own fixtures (a module-scoped champion loaded by a models:/ URI
+    sets MLflow's URIs before the first test's copy of the environment is taken): restored when
+    the module ends, MLflow's process-wide URIs too."""
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)
+    if "mlflow" in sys.modules:
+        from mlflow.tracking._model_registry import utils as registry_utils
+        from mlflow.tracking._tracking_service import utils as tracking_utils
+
+        tracking_utils._tracking_uri = None
+        registry_utils._registry_uri = None
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 from cli_runner import run_cli
-from test_hf_text import _bbc_table
+from hf_tables import bbc_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -28,7 +28,7 @@ def home(tmp_path_factory) -> Path:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     home = tmp_path_factory.mktemp("lm-home")
-    _bbc_table(per_topic=30).to_parquet(home / "bbc.parquet")
+    bbc_table(per_topic=30).to_parquet(home / "bbc.parquet")
     GPT2LMHeadModel(GPT2Config(**TINY_GPT2)).save_pretrained(home / "tiny-gpt2")
     config = {
         "data": {
