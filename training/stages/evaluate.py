@@ -18,8 +18,8 @@ from training.inference.evaluate import SCORE_HERE_BELOW_ROWS, EvalResult, evalu
 from training.manifest import FeatureSpec, Manifest
 from training.report.plots import evaluation_plots, regression_plots
 from training.stages.connect import connect_ray
-from training.stages.evaluated import Evaluated, load_checkpoint_state
-from training.tracking import evaluation, flavour, lineage, store
+from training.stages.evaluated import Evaluated, open_evaluation
+from training.tracking import evaluation, flavour
 from training.tracking.runs import Tracker
 
 #: The gate scores the champion on the test split's rows in the driver below this many rows
@@ -46,13 +46,8 @@ def evaluate(
 
         return evaluate_lm(config, manifest, checkpoint_path, parent_run)
     connect_ray(config)
-    tracker = store.configure(config)
-    eval_run = tracker.start_child_run(parent_run, "evaluate", stage="evaluate")
-    tracker.set_tags(eval_run, {"checkpoint_path": checkpoint_path})
-    lineage.log_datasets(tracker, eval_run, manifest, ["test"])
+    tracker, eval_run, state = open_evaluation(config, manifest, checkpoint_path, parent_run)
     endpoint = config.storage.endpoint_url
-    checkpoint = load_checkpoint_state(config, checkpoint_path)
-    state = {k: v for k, v in checkpoint.items() if k != "optimizer"}
     example = raw_rows(manifest, "test", flavour.EXAMPLE_ROWS, endpoint)
     with tempfile.TemporaryDirectory() as tmp:
         files = flavour.pack(flavour.save_model(state, f"{tmp}/model", example))

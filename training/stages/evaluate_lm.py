@@ -23,8 +23,8 @@ from training.manifest import Manifest
 from training.model.hf_model import servable_state
 from training.model.trainflow_pyfunc.causal_lm import NextTokenLoss, target_count
 from training.model.trainflow_pyfunc.model import TrainflowModel
-from training.stages.evaluated import Evaluated, load_checkpoint_state
-from training.tracking import flavour, lineage, store
+from training.stages.evaluated import Evaluated, open_evaluation
+from training.tracking import flavour
 from training.tracking.signature import lm_prompts
 
 #: Test texts whose first words become the samples' prompts.
@@ -39,13 +39,8 @@ def evaluate_lm(
     config: PipelineConfig, manifest: Manifest, checkpoint_path: str, parent_run: str
 ) -> Evaluated:
     """Test loss and perplexity, and the samples table, logged to an evaluate run."""
-    tracker = store.configure(config)
-    eval_run = tracker.start_child_run(parent_run, "evaluate", stage="evaluate")
-    tracker.set_tags(eval_run, {"checkpoint_path": checkpoint_path})
-    lineage.log_datasets(tracker, eval_run, manifest, ["test"])
+    tracker, eval_run, state = open_evaluation(config, manifest, checkpoint_path, parent_run)
     endpoint = config.storage.endpoint_url
-    checkpoint = load_checkpoint_state(config, checkpoint_path)
-    state = {k: v for k, v in checkpoint.items() if k != "optimizer"}
     model = TrainflowModel()
     model.load_state(servable_state(state))  # LoRA merged: the network the registry serves
     metrics = test_metrics(model.network, manifest, endpoint)

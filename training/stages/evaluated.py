@@ -42,3 +42,18 @@ def load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict[
     checkpoint = Checkpoint(path if remote else checkpoint_path, filesystem=fs if remote else None)
     with checkpoint.as_directory() as directory:
         return load_model_state(directory)
+
+
+def open_evaluation(
+    config: PipelineConfig, manifest, checkpoint_path: str, parent_run: str
+) -> tuple[Any, str, dict[str, Any]]:
+    """(tracker, the evaluate run, the checkpoint's state without its optimizer): how every
+    task's evaluation starts."""
+    from training.tracking import lineage, store
+
+    tracker = store.configure(config)
+    eval_run = tracker.start_child_run(parent_run, "evaluate", stage="evaluate")
+    tracker.set_tags(eval_run, {"checkpoint_path": checkpoint_path})
+    lineage.log_datasets(tracker, eval_run, manifest, ["test"])
+    checkpoint = load_checkpoint_state(config, checkpoint_path)
+    return tracker, eval_run, {k: v for k, v in checkpoint.items() if k != "optimizer"}

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .hf import HFClassifier
 from .tokens import PAD
 
 CAUSAL_LM = "causal_lm"
@@ -33,22 +34,9 @@ def lm_config(config: Mapping[str, Any], pad_id: int):
     return built
 
 
-class HFCausalLM(nn.Module):
-    """The wrapped language model, fed trainflow's batches (ids padded with PAD, any dtype)."""
-
-    def __init__(self, model: nn.Module, pad_id: int):
-        super().__init__()
-        self.model = model
-        self.pad_id = int(pad_id)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        ids = ids.long()
-        mask = ids != PAD
-        # Columns past the batch's longest row are padding only: cut them.
-        width = max(1, int(mask.sum(dim=1).max())) if len(ids) else 1
-        ids, mask = ids[:, :width], mask[:, :width]
-        ids = ids.masked_fill(~mask, self.pad_id)
-        return self.model(input_ids=ids, attention_mask=mask.long()).logits
+class HFCausalLM(HFClassifier):
+    """The wrapped language model, fed trainflow's batches as the classifier is (ids padded
+    with PAD, any dtype); its logits are the next-token ones of every position."""
 
 
 def build_causal_lm_network(model_config: Mapping[str, Any], tokens: Mapping[str, Any]):
