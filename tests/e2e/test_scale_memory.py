@@ -29,6 +29,7 @@ from cli_runner import TRAINFLOW, cli_env, free_port
 from benchmarks.harness import PeakSampler, kill_tree
 from benchmarks.memory_plot import write_memory_over_time
 from training.data.synthetic import write_table
+from training.data.synthetic_mixed import write_mixed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -220,16 +221,29 @@ def test_ten_million_rows_in_flat_memory(where, s3, tmp_path_factory):
     """10M rows x 64 features (2.6 GB of float32) through the whole pipeline, from local disk
     and from the loopback S3 server: the peak memory of all processes together (summed PSS)
     <= 1.5x the peak at 1M rows, and below 8 GiB."""
+    _one_and_ten_million(where, write_table, f"scale-memory-{where}", s3, tmp_path_factory)
+
+
+@pytest.mark.scale
+@pytest.mark.timeout(3 * 3600)
+def test_ten_million_mixed_rows_in_flat_memory(s3, tmp_path_factory):
+    """Issue 30 at scale: the mixed table (numbers with gaps, categories, a datetime) at 10M rows
+    through the whole pipeline; its vocabularies and medians are fitted by Ray Data tasks, not
+    by one process reading the table. Same rule: <= 1.5x the 1M-row peak, below 8 GiB."""
+    _one_and_ten_million("local", write_mixed, "scale-memory-mixed", s3, tmp_path_factory)
+
+
+def _one_and_ten_million(where, write, plot_name, s3, tmp_path_factory):
     endpoint, env = s3
     peaks, series = {}, {}
     for rows in (1_000_000, 10_000_000):
         if where == "s3":
-            source = f"s3://{BUCKET}/table-{rows}"
-            root = f"s3://{BUCKET}/root-{rows}"
+            source = f"s3://{BUCKET}/{plot_name}-table-{rows}"
+            root = f"s3://{BUCKET}/{plot_name}-root-{rows}"
         else:
             base = tmp_path_factory.mktemp(f"local-{rows}")
             source, root = str(base / "table"), str(base / "storage")
-        write_table(source, rows, seed=0, num_files=32, endpoint_url=endpoint)
+        write(source, rows, seed=0, num_files=32, endpoint_url=endpoint)
         home = tmp_path_factory.mktemp(f"home-{where}-{rows}")
         sets = {**AT_SCALE, "data.source": source, "storage.root": root}
         if where == "s3":
@@ -238,13 +252,13 @@ def test_ten_million_rows_in_flat_memory(where, s3, tmp_path_factory):
         peaks[rows] = run["peak_pss_mib"] * MIB
         series[f"{rows:,} rows"] = run["series"]
         print(
-            f"\n{where} {rows:,} rows: peak PSS {run['peak_pss_mib']:,} MiB (summed RSS "
+            f"\n{plot_name} {rows:,} rows: peak PSS {run['peak_pss_mib']:,} MiB (summed RSS "
             f"{run['peak_rss_mib']:,} MiB, sampling took {run['sampler_cpu_s']} CPU s) over "
             f"{run['processes']} processes, {run['run_s']:.0f} s"
         )
     # The picture of it (docs/ with TRAINFLOW_SCALE_OUT=docs, as `make bench` runs it).
     out = Path(os.environ.get("TRAINFLOW_SCALE_OUT") or tmp_path_factory.mktemp("plots"))
-    png, _ = write_memory_over_time(series, out, f"scale-memory-{where}")
+    png, _ = write_memory_over_time(series, out, plot_name)
     print(f"memory over time: {png}")
     assert peaks[10_000_000] <= 1.5 * peaks[1_000_000], peaks
     assert peaks[10_000_000] < 8 * GIB, peaks
