@@ -31,8 +31,9 @@ class DataConfig(Section):
 
     source: str = Field(
         BUILTIN_DIGITS,
-        description="builtin:digits|diabetes|penguins|bbc_news, or a parquet, CSV or JSON-lines "
-        "file or directory, or a folder of images in class sub-folders (local or s3://)",
+        description="builtin:digits|diabetes|penguins|bbc_news|bbc_headlines, or a parquet, "
+        "CSV or JSON-lines file or directory, or a folder of images in class sub-folders "
+        "(local or s3://)",
     )
     format: Literal["auto", "parquet", "csv", "json", "images"] = Field(
         "auto",
