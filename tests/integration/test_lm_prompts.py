@@ -19,12 +19,13 @@ from training.errors import DataValidationError
 from training.loop.loop import loop_config, run_loop
 from training.model.trainflow_pyfunc.causal_lm import token_values
 from training.model.trainflow_pyfunc.model import TrainflowModel
-from training.model.trainflow_pyfunc.tokens import PAD
+from training.model.trainflow_pyfunc.tokens import PAD, tokenizer_of
 
 pytestmark = pytest.mark.integration
 
 TINY_GPT2 = {"model_type": "gpt2", "vocab_size": 600, "n_embd": 32, "n_layer": 2, "n_head": 2}
 TINY_GPT2["n_positions"] = 48
+GREEDY = {"max_new_tokens": 8, "temperature": 0.0}
 
 
 def _config(source: str, **data):
@@ -116,9 +117,22 @@ def test_a_prompt_response_run_trains_on_the_responses_and_serves_a_headline(pre
         ).loss.item()
     assert history[-1]["val_loss"] == pytest.approx(theirs, rel=1e-4)
 
-    prompts = pd.DataFrame({"prompt": ["Dollar gains on Greenspan speech"]})
-    out = model.predict(None, prompts, params={"max_new_tokens": 8, "temperature": 0.0})
-    assert isinstance(out["generated_text"][0], str) and out["generated_text"][0].strip()
+    # Served: the headline as its rows began ([CLS] headline [SEP]), continued greedily.
+    headline = "Dollar gains on Greenspan speech"
+    out = model.predict(None, pd.DataFrame({"prompt": [headline]}), params=GREEDY)
+    tokenizer = tokenizer_of(manifest.spec.tokens["tokenizer"], None)
+    ids = torch.tensor([tokenizer.encode(headline).ids])
+    assert tokenizer.id_to_token(int(ids[0, -1])) == "[SEP]"
+    with torch.no_grad():
+        new = model.network.model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=GREEDY["max_new_tokens"],
+            eos_token_id=tokenizer.token_to_id("[SEP]"),
+            pad_token_id=model.network.pad_id,
+        )[0, ids.shape[1] :]
+    assert out["generated_text"][0] == tokenizer.decode(new.tolist(), skip_special_tokens=True)
 
 
 def test_missing_prompt_or_response_columns_stop_preprocessing_naming_them(
