@@ -26,7 +26,7 @@ from training.model.trainflow_pyfunc.causal_lm import (
     target_count,
     token_values,
 )
-from training.model.trainflow_pyfunc.generation import _served_ids, end_id
+from training.model.trainflow_pyfunc.generation import end_id, served_ids
 from training.model.trainflow_pyfunc.prompts import no_loss, pair_ids
 from training.model.trainflow_pyfunc.tokens import PAD, padded, tokenizer_of
 
@@ -147,8 +147,8 @@ def test_serving_gives_the_model_the_prompt_part_it_trained_on(chat_dir, chat):
     tokenizer = tokenizer_of(state["tokenizer"], None)
     for row, prompt in zip(_rows(state), PROMPTS, strict=True):
         trained = (-2 - row[row < PAD]).tolist()
-        assert _served_ids(state, tokenizer, prompt, keep=100) == trained
-        assert _served_ids(state, tokenizer, prompt, keep=3) == trained[-3:]
+        assert served_ids(state, tokenizer, prompt, keep=100) == trained
+        assert served_ids(state, tokenizer, prompt, keep=3) == trained[-3:]
     stop = "<|end|>" if chat else "[SEP]"  # the template's end of turn, else the tokenizer's
     assert end_id(tokenizer, state) == tokenizer.token_to_id(stop)
 

@@ -82,7 +82,7 @@ def generate_texts(
     texts = []
     stop = end_id(tokenizer, tokens)
     for prompt in prompts:
-        ids = _served_ids(tokens, tokenizer, prompt, context - new) or [network.pad_id]
+        ids = served_ids(tokens, tokenizer, prompt, context - new) or [network.pad_id]
         input_ids = torch.tensor([ids], device=device)
         out = model.generate(
             input_ids=input_ids,
@@ -94,7 +94,7 @@ def generate_texts(
     return texts
 
 
-def _served_ids(tokens: Mapping[str, Any], tokenizer, prompt: str, keep: int) -> list[int]:
+def served_ids(tokens: Mapping[str, Any], tokenizer, prompt: str, keep: int) -> list[int]:
     """What the model is given: a prompt / response model's prompt part, or the prompt's ids."""
     if not is_prompt_response(tokens):
         return prompt_ids(tokenizer, prompt, keep)
