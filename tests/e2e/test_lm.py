@@ -133,3 +133,35 @@ def test_bad_language_model_configs_are_refused_before_anything_starts(tmp_path,
     assert proc.returncode == 2, text[-3000:]
     assert message in text and "Traceback" not in text
     assert not [p for p in ("ray", "prefect", "mlflow.db", "storage") if (home / p).exists()]
+
+
+def _tokenizer_without_a_chat_template(directory: Path) -> Path:
+    from transformers import PreTrainedTokenizerFast
+
+    from training.data.text_spec import fit_wordpiece
+
+    backend = fit_wordpiece(["the bank said profits rose", "the match ended"] * 20, 100)
+    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]").save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["data.chat_template=true"], "model.hf.tokenizer: train fits a tokenizer that has none"),
+        (["data.response_column=null"], "set both data.prompt_column and data.response_column"),
+        (["data.chat_template=true", "model.hf.tokenizer=TOKENIZER"], "has no chat template"),
+    ],
+)
+def test_bad_prompt_response_configs_are_refused_before_anything_starts(
+    tmp_path, settings, message
+):
+    home = tmp_path / "refused"
+    tokenizer = _tokenizer_without_a_chat_template(tmp_path / "tokenizer")
+    config = str(Path(__file__).resolve().parents[2] / "configs" / "lm-prompts.yaml")
+    sets = [a for s in settings for a in ("--set", s.replace("TOKENIZER", str(tokenizer)))]
+    proc = run_cli(home, "run", "--config", config, *sets)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text[-3000:]
+    assert message in text and "Traceback" not in text
+    assert not [p for p in ("ray", "prefect", "mlflow.db", "storage") if (home / p).exists()]

@@ -64,3 +64,36 @@ def hf_model_config(lora: dict | None = None, **hf) -> dict:
 
     fields = {"config": dict(TINY_BERT), "tokenizer": "train", "lora": lora, **hf}
     return ModelConfig(kind="hf", hf=fields).model_dump(mode="json")
+
+
+#: A chat template in the style of the hub's chat models: each turn opened by its role's token,
+#: closed by the end-of-turn (eos) token; the generation prompt opens the assistant's turn. The
+#: assistant's part is marked ``{% generation %}``: transformers' own ``assistant_masks``.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n"
+    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}{{ eos_token }}"
+    "{% endgeneration %}{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+CHAT_TOKENS = ("<|user|>", "<|assistant|>", "<|end|>")
+
+
+def save_tokenizer(directory: Path, chat_template: str | None = CHAT_TEMPLATE) -> Path:
+    """A WordPiece tokenizer fitted on BBC texts, saved as transformers saves one (tokenizer.json
+    and tokenizer_config.json; its chat template beside them where given): no download."""
+    from transformers import PreTrainedTokenizerFast
+
+    from training.data.text_spec import fit_wordpiece
+
+    backend = fit_wordpiece([t for t, _ in bbc_texts()], 300)
+    backend.add_special_tokens(list(CHAT_TOKENS))
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="[CLS]",
+        eos_token="<|end|>",
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        chat_template=chat_template,
+    )
+    tokenizer.save_pretrained(directory)
+    return directory

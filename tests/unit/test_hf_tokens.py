@@ -184,7 +184,7 @@ def _scan(frame: pd.DataFrame, keep: bool) -> list[str]:
 
     plan = Plan("parquet", "topic", [], None, {"text": "categorical"})
     config = validate_config({"data": {"label_column": "topic"}})
-    return scan_texts(_Batches(frame), plan, config, "text", keep)
+    return scan_texts(_Batches(frame), plan, config, ["text"], keep)
 
 
 def test_scanning_keeps_train_texts_in_a_fixed_order_and_refuses_non_text(table):

@@ -1,6 +1,7 @@
 """The cross-checks of a language model's config (``data.task: causal_lm``): what the task
-needs (a Hugging Face model), what it cannot do on CPUs (DeepSpeed), and which keys a sweep may
-vary (the loop's and the Hugging Face model's: a language model has no MLP to resize)."""
+needs (a Hugging Face model; a tokenizer that can have a chat template where one is asked for),
+what it cannot do on CPUs (DeepSpeed), and which keys a sweep may vary (the loop's and the
+Hugging Face model's: a language model has no MLP to resize)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ def check_causal_lm(config: Any, default_space: dict[str, Any]) -> None:
         raise ValueError(
             f"data.task=causal_lm trains a Hugging Face language model: set model.kind: hf "
             f"(with model.hf), not {config.model.kind}"
+        )
+    if config.data.chat_template and config.model.hf.tokenizer == "train":
+        raise ValueError(
+            "data.chat_template formats rows with the tokenizer's own chat template, and "
+            "model.hf.tokenizer: train fits a tokenizer that has none; give a tokenizer "
+            "directory or hub id with a chat template, or set data.chat_template: false"
         )
     sweep = config.sweep
     if sweep.search_space == default_space:  # the classifier's default: not the task's keys

@@ -31,8 +31,9 @@ class DataConfig(Section):
 
     source: str = Field(
         BUILTIN_DIGITS,
-        description="builtin:digits|diabetes|penguins|bbc_news, or a parquet, CSV or JSON-lines "
-        "file or directory, or a folder of images in class sub-folders (local or s3://)",
+        description="builtin:digits|diabetes|penguins|bbc_news|bbc_headlines, or a parquet, "
+        "CSV or JSON-lines file or directory, or a folder of images in class sub-folders "
+        "(local or s3://)",
     )
     format: Literal["auto", "parquet", "csv", "json", "images"] = Field(
         "auto",
@@ -88,6 +89,19 @@ class DataConfig(Section):
         description="causal_lm: concatenate the texts' tokens and cut them into blocks of "
         "max_length (no padding, no truncation); false: one text per row, truncated",
     )
+    prompt_column: str | None = Field(
+        None,
+        description="causal_lm: the column of prompts, with response_column (both or neither): "
+        "each row is its prompt's tokens then its response's, the loss on the response only",
+    )
+    response_column: str | None = Field(
+        None, description="causal_lm: the column of responses (with prompt_column)"
+    )
+    chat_template: bool = Field(
+        False,
+        description="causal_lm with prompt/response columns: format each row with the "
+        "tokenizer's own chat template (user: the prompt, assistant: the response)",
+    )
 
     @field_validator("image_shape")
     @classmethod
@@ -108,4 +122,30 @@ class DataConfig(Section):
             raise ValueError(f"label column {self.label_column!r} is also in data.feature_columns")
         if self.label_column in self.columns:
             raise ValueError(f"label column {self.label_column!r} cannot have a data.columns role")
+        check_prompt_response(self)
         return self
+
+
+def check_prompt_response(data: DataConfig) -> None:
+    """Prompt and response columns come as a pair, for a language model, apart from the label;
+    a chat template needs them (its user and assistant turns)."""
+    pair = (data.prompt_column, data.response_column)
+    if (pair[0] is None) != (pair[1] is None):
+        raise ValueError(
+            "set both data.prompt_column and data.response_column (the loss is on the "
+            "response's tokens), or neither (one text column)"
+        )
+    if pair[0] is None:
+        if data.chat_template:
+            raise ValueError(
+                "data.chat_template formats a prompt and a response: set data.prompt_column "
+                "and data.response_column too"
+            )
+        return
+    if data.task != "causal_lm":
+        raise ValueError("data.prompt_column and data.response_column need data.task: causal_lm")
+    if pair[0] == pair[1] or data.label_column in pair:
+        raise ValueError(
+            f"data.prompt_column ({pair[0]!r}), data.response_column ({pair[1]!r}) and "
+            f"data.label_column ({data.label_column!r}) must be three different columns"
+        )

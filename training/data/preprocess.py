@@ -29,6 +29,7 @@ from training.data.text_spec import text_spec
 from training.data.validate import feature_spec, validate
 from training.errors import DataValidationError, StorageError
 from training.manifest import SPLITS, FeatureSpec, Manifest
+from training.model.trainflow_pyfunc.prompts import described
 from training.storage import (
     StorageLayout,
     delete_dir,
@@ -170,7 +171,7 @@ def _report_tokens(spec: FeatureSpec, ignored: dict[str, str]) -> None:
     tokens = spec.tokens
     progress.report(
         "preprocess",
-        f"columns: text {tokens['column']!r} as tokens (at most {tokens['max_length']}, a "
+        f"columns: {described(tokens)} as tokens (at most {tokens['max_length']}, a "
         f"vocabulary of {tokens['vocab_size']:,})",
     )
     for column, reason in ignored.items():

@@ -119,6 +119,7 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
         schema, rows = _file_schema(file, fmt, endpoint_url)
         total_rows = None if rows is None or total_rows is None else total_rows + rows
         require_columns(file, schema.names, label=data.label_column)
+        _require_prompt_response(file, schema.names, data)
         first_label = _same_label_kind(file, schema.field(data.label_column).type, first_label)
         if data.image_column is not None:
             paths = _holds_paths(file, schema, data.image_column, paths)
@@ -143,6 +144,18 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
     if paths:
         return _image_paths_plan(data, fmt)
     return Plan(fmt, data.label_column, features, data.image_column, roles, ignored)
+
+
+def _require_prompt_response(file: str, names: list[str], data: DataConfig) -> None:
+    """A language model's prompt and response columns, where set, are in every file."""
+    keys = {"data.prompt_column": data.prompt_column, "data.response_column": data.response_column}
+    missing = {key: column for key, column in keys.items() if column and column not in names}
+    if missing:
+        named = ", ".join(f"{column!r} ({key})" for key, column in missing.items())
+        raise DataValidationError(
+            f"{file} has no column {named}; its columns are {list(names)[:20]}. Set "
+            "data.prompt_column and data.response_column to two of them"
+        )
 
 
 def _image_folder_plan(data: DataConfig) -> Plan:

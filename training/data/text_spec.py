@@ -1,4 +1,5 @@
-"""A text model's feature spec (``model.kind: hf``): the table's one text column, and the
+"""A text model's feature spec (``model.kind: hf``): the table's one text column (a language
+model's prompt and response columns, ``data.prompt_column`` / ``data.response_column``), and the
 tokenizer resolved here on the driver (a pretrained one, or a WordPiece tokenizer fitted on the
 training split's texts, offline) and stored as plain data for the ``tokens`` step.
 
@@ -21,6 +22,7 @@ from training.data.summary import Stats
 from training.errors import DataValidationError
 from training.manifest import FeatureSpec
 from training.model import hf_resolve
+from training.model.trainflow_pyfunc.prompts import PROMPT_COLUMN, RESPONSE_COLUMN
 
 if TYPE_CHECKING:
     import ray.data
@@ -53,41 +55,51 @@ def text_column(plan: Plan, stats: Stats, config: PipelineConfig) -> str:
     )
 
 
-def _texts(batch: pd.DataFrame, plan: Plan, seed: int, split, column: str, keep: bool):
-    """Rows of interest only: train rows' hashes and texts where ``keep``, and every row whose
-    value is not text, with its repr (any split: refused before a row is written)."""
+def _texts(batch: pd.DataFrame, plan: Plan, seed: int, split, columns: list[str], keep: bool):
+    """Rows of interest only: train rows' hashes and texts (a row's columns joined) where
+    ``keep``, and every row with a value that is not text, with its column and repr (any
+    split: refused before a row is written)."""
     labels = labels_of(batch, plan.label)
     hashes = hash_rows(raw_values(batch, plan.hash_roles), labels, seed)
     train = (assign_splits(hashes, split) == "train") & ~missing_labels(labels)
-    values = batch[column].tolist()
-    good = np.fromiter((isinstance(v, str) for v in values), dtype=bool, count=len(values))
-    wanted = train & good if keep else np.zeros(len(values), dtype=bool)
+    values = [batch[c].tolist() for c in columns]
+    by_name = dict(zip(columns, values, strict=True))
+    # Per row: the first of its columns whose value is not text ("": none).
+    first_bad = np.full(len(batch), "", dtype=object)
+    for column in reversed(columns):
+        is_text = np.fromiter((isinstance(v, str) for v in by_name[column]), bool, len(batch))
+        first_bad[~is_text] = column
+    good = first_bad == ""
+    wanted = train & good if keep else np.zeros(len(good), dtype=bool)
     rows = np.flatnonzero(wanted | ~good)
     return pd.DataFrame(
         {
             "key": hashes[rows].view(np.int64),
-            "text": [values[i] if good[i] else "" for i in rows],
-            "bad": ["" if good[i] else repr(values[i]) for i in rows],
+            "text": ["\n".join(v[i] for v in values) if good[i] else "" for i in rows],
+            "column": [first_bad[i] for i in rows],
+            "bad": ["" if good[i] else repr(by_name[first_bad[i]][i]) for i in rows],
         }
     )
 
 
 def scan_texts(
-    ds: ray.data.Dataset, plan: Plan, config: PipelineConfig, column: str, keep: bool
+    ds: ray.data.Dataset, plan: Plan, config: PipelineConfig, columns: list[str], keep: bool
 ) -> list[str]:
-    """Check every row's text is a string (one error naming the column, before any row is
+    """Check every row's texts are strings (one error naming the column, before any row is
     written) and, with ``keep``, return the training split's texts: at most TOKENIZER_TEXTS,
     a deterministic sample (the smallest row hashes), in a fixed order."""
     split = config.data.split
-    kwargs = {"plan": plan, "seed": split.seed, "split": split, "column": column, "keep": keep}
+    kwargs = {"plan": plan, "seed": split.seed, "split": split, "columns": columns, "keep": keep}
     frame = ds.map_batches(_texts, batch_format="pandas", fn_kwargs=kwargs).to_pandas()
     if frame.empty:  # no row of interest: every text is fine and none is kept
         return []
-    bad = frame["bad"][frame["bad"] != ""]
+    bad = frame[frame["bad"] != ""]
     if len(bad):
+        column = bad["column"].iloc[0]
+        count = int((bad["column"] == column).sum())
         raise DataValidationError(
-            f"text column {column!r} holds {len(bad)} value(s) that are not text (e.g. "
-            f"{bad.iloc[0]}); every row needs a string (drop or fill those rows)"
+            f"text column {column!r} holds {count} value(s) that are not text (e.g. "
+            f"{bad['bad'].iloc[0]}); every row needs a string (drop or fill those rows)"
         )
     frame = frame.sort_values("key", kind="stable").head(TOKENIZER_TEXTS)
     return frame["text"].tolist()
@@ -115,43 +127,65 @@ def fit_wordpiece(texts: list[str], vocab_size: int) -> Any:
     return tokenizer
 
 
-def tokens_state(ds, plan: Plan, config: PipelineConfig, column: str) -> dict[str, Any]:
-    """The tokens step's plain-data state: column, tokenizer JSON, max_length, pad_id."""
-    hf, max_length = config.model.hf, config.data.max_length
+def tokens_state(ds, plan: Plan, config: PipelineConfig, columns: list[str]) -> dict[str, Any]:
+    """The tokens step's plain-data state: its column(s), the tokenizer JSON (and chat
+    template), max_length, pad_id."""
+    hf, data = config.model.hf, config.data
     architecture = hf_resolve.architecture(hf)
     source = hf_resolve.tokenizer_source(hf)
-    texts = scan_texts(ds, plan, config, column, keep=source is None)
+    texts = scan_texts(ds, plan, config, columns, keep=source is None)
+    chat: dict[str, Any] = {}
     if source is None:
         tokenizer = fit_wordpiece(texts, architecture.vocab_size)
         pad = tokenizer.token_to_id("[PAD]")
     else:
         pretrained = hf_resolve.pretrained_tokenizer(source)
         tokenizer, pad = pretrained.backend_tokenizer, hf_resolve.pad_id(pretrained)
+        chat = hf_resolve.chat_template(pretrained, source) if data.chat_template else {}
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
-    hf_resolve.check_fits(architecture, vocab, max_length)
+    hf_resolve.check_fits(architecture, vocab, data.max_length)
     state = {
-        "column": column,
         "tokenizer": tokenizer.to_str(),
-        "max_length": int(max_length),
+        "max_length": int(data.max_length),
         "pad_id": int(pad),
         "vocab_size": int(vocab),
+        **chat,
     }
-    if config.data.task == "causal_lm" and config.data.pack:
+    if data.response_column:  # the loss on the response's tokens only (``prompts.py``)
+        state.update({PROMPT_COLUMN: columns[0], RESPONSE_COLUMN: columns[1]})
+    else:
+        state["column"] = columns[0]
+    if data.task == "causal_lm" and data.pack:
         state["truncate"] = False  # whole texts, cut into blocks of max_length when packed
     return state
+
+
+def token_sources(plan: Plan, stats: Stats, config: PipelineConfig) -> list[str]:
+    """The columns tokenized: the prompt and response columns, or the one text column."""
+    data = config.data
+    if not data.response_column:
+        return [text_column(plan, stats, config)]
+    columns = [data.prompt_column, data.response_column]
+    for column, key in zip(columns, ("prompt_column", "response_column"), strict=True):
+        if column not in plan.roles:  # present (the schema checked), but left out
+            why = plan.ignored.get(column) or f"declared {data.columns.get(column)!r}"
+            raise DataValidationError(
+                f"data.{key}={column!r} is not read ({why}); remove its data.columns role"
+            )
+    return columns
 
 
 def text_spec(
     ds, stats: Stats, config: PipelineConfig, plan: Plan, classes: list[Any], task: str
 ) -> tuple[FeatureSpec, dict[str, str]]:
     """The spec of a text model, and the columns it leaves out (with the reason)."""
-    column = text_column(plan, stats, config)
+    columns = token_sources(plan, stats, config)
     label_mean, label_std = 0.0, 1.0
     if task == "regression":
         n_label, label_mean, label_m2 = stats.label_train
         label_std = math.sqrt(label_m2 / n_label)
-    roles = {c: ("text" if c == column else r) for c, r in plan.hash_roles.items()}
-    ignored = {c: NOT_USED for c in roles if c != column}
+    roles = {c: ("text" if c in columns else r) for c, r in plan.hash_roles.items()}
+    ignored = {c: NOT_USED for c in roles if c not in columns}
     ignored.update(plan.ignored)
     if task == "causal_lm":
         ignored[config.data.label_column] = LABEL_NOT_USED
@@ -165,6 +199,6 @@ def text_spec(
         label_mean=float(label_mean),
         label_std=float(label_std),
         column_roles=roles,
-        tokens=tokens_state(ds, plan, config, column),
+        tokens=tokens_state(ds, plan, config, columns),
     )
     return spec, ignored

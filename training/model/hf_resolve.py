@@ -76,6 +76,23 @@ def pretrained_tokenizer(name: str) -> Any:
     return tokenizer
 
 
+def chat_template(tokenizer: Any, name: str) -> dict[str, Any]:
+    """``data.chat_template``'s state: the tokenizer's chat template (a Jinja string) and the
+    special tokens it may name; a ConfigError where the tokenizer has none."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):  # named templates: the default one formats a conversation
+        template = template.get("default")
+    if not template:
+        raise ConfigError(
+            f"data.chat_template: true but model.hf.tokenizer={name!r} has no chat template "
+            "(tokenizer_config.json's chat_template, or chat_template.jinja); give a tokenizer "
+            "with one, or set data.chat_template: false (the prompt and response are then "
+            "tokenized as they are)"
+        )
+    special = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
+    return {"chat_template": str(template), "special_tokens": special}
+
+
 def pad_id(tokenizer: Any) -> int:
     """The pad token's id (a tokenizer without one pads with its end-of-text token, else 0)."""
     for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):

@@ -23,6 +23,7 @@ from training.manifest import Manifest
 from training.model.hf_model import servable_state
 from training.model.trainflow_pyfunc.causal_lm import NextTokenLoss, target_count
 from training.model.trainflow_pyfunc.model import TrainflowModel
+from training.model.trainflow_pyfunc.prompts import RESPONSE_COLUMN, is_prompt_response
 from training.stages.evaluated import Evaluated, open_evaluation
 from training.tracking import flavour
 from training.tracking.signature import lm_prompts
@@ -76,15 +77,19 @@ def test_metrics(network, manifest: Manifest, endpoint: str | None) -> dict[str,
 
 
 def sample_table(model: TrainflowModel, spec: dict, rows) -> dict[str, list[str]]:
-    """prompt / reference / generation for a few test texts (greedy: the same every run)."""
+    """prompt / reference / generation for a few test texts (greedy: the same every run): a
+    text's first words and the words after them, or a prompt and its response."""
     import pandas as pd
 
     prompts = lm_prompts(spec, rows, PROMPT_WORDS)
-    column = spec["tokens"]["column"]
-    references = [
-        " ".join(str(text).split()[PROMPT_WORDS : PROMPT_WORDS + REFERENCE_WORDS])
-        for text in rows[column]
-    ]
+    tokens = spec["tokens"]
+    if is_prompt_response(tokens):
+        references = [str(text) for text in rows[tokens[RESPONSE_COLUMN]]]
+    else:
+        references = [
+            " ".join(str(text).split()[PROMPT_WORDS : PROMPT_WORDS + REFERENCE_WORDS])
+            for text in rows[tokens["column"]]
+        ]
     params = {"max_new_tokens": SAMPLE_TOKENS, "temperature": 0.0}
     generated = model.predict(None, pd.DataFrame({"prompt": prompts}), params=params)
     return {

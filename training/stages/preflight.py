@@ -39,6 +39,8 @@ def check_hf(config: PipelineConfig) -> None:
     if source is not None:
         tokenizer = hf_resolve.pretrained_tokenizer(source)
         vocab = tokenizer.backend_tokenizer.get_vocab_size(with_added_tokens=True)
+        if config.data.chat_template:
+            hf_resolve.chat_template(tokenizer, source)
     hf_resolve.check_fits(architecture, vocab, config.data.max_length)
 
 

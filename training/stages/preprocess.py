@@ -11,6 +11,7 @@ from training.data import inputs
 from training.data import preprocess as preprocessing
 from training.data.roles import role_line
 from training.manifest import Manifest
+from training.model.trainflow_pyfunc.prompts import described
 from training.stages import drift_check, preflight
 from training.stages.connect import connect_ray
 from training.storage import StorageLayout
@@ -61,7 +62,7 @@ def _columns_text(manifest: Manifest) -> str:
     ignored = "; ".join(f"{c!r} not used: {r}" for c, r in manifest.ignored_columns.items())
     used = role_line(roles)
     if manifest.spec.tokens:  # a text model reads its text column alone
-        used = f"text {manifest.spec.tokens['column']!r} as tokens"
+        used = f"{described(manifest.spec.tokens)} as tokens"
     return f"; columns: {used}" + (f" ({ignored})" if ignored else "")
 
 

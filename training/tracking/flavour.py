@@ -102,6 +102,8 @@ def requirements(spec: dict[str, Any] | None = None, text_model: bool = False) -
     pins = []
     images = ("pillow",) if spec and spec.get("image_column") else ()
     text = ("transformers", "tokenizers") if text_model else ()
+    if ((spec or {}).get("tokens") or {}).get("chat_template"):
+        text += ("jinja2",)  # transformers renders a chat template with it
     for package in ("mlflow", "torch", "pandas", "numpy", *images, *text):
         try:
             version = importlib.metadata.version(package).split("+")[0]  # drop "+cpu"

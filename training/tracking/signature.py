@@ -13,6 +13,7 @@ from training.model.trainflow_pyfunc.model import (
     input_columns,
     labels_array,
 )
+from training.model.trainflow_pyfunc.prompts import PROMPT_COLUMN, is_prompt_response
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,8 +95,12 @@ def _lm_signature():
 
 
 def lm_prompts(spec: dict[str, Any], raw_rows: pd.DataFrame, words: int = 8) -> list[str]:
-    """Prompts of a language model from raw rows: the first ``words`` words of each text."""
-    column = spec["tokens"]["column"]
+    """Prompts of a language model from raw rows: the first ``words`` words of each text, or
+    the prompt column's prompts whole."""
+    tokens = spec["tokens"]
+    if is_prompt_response(tokens):
+        return [str(prompt) for prompt in raw_rows[tokens[PROMPT_COLUMN]]]
+    column = tokens["column"]
     return [" ".join(str(text).split()[:words]) for text in raw_rows[column]]
 
 

@@ -1,5 +1,6 @@
 """A Hugging Face causal language model as a trainflow network (``data.task: causal_lm``):
-padded token ids in (``tokens.PAD`` where a row has ended), next-token logits
+padded token ids in (``tokens.PAD`` where a row has ended; a prompt's ids stored as
+``prompts.no_loss``, ``-2 - id``, where the loss does not predict them), next-token logits
 ``[batch, positions, vocab]`` out. Built from plain data as the classifier is (``hf.py``): a
 config dict, a state dict, the tokenizer's JSON; loads without a download or trainflow.
 """
@@ -38,6 +39,15 @@ class HFCausalLM(HFClassifier):
     """The wrapped language model, fed trainflow's batches as the classifier is (ids padded
     with PAD, any dtype); its logits are the next-token ones of every position."""
 
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(token_values(ids))
+
+
+def token_values(ids: torch.Tensor) -> torch.Tensor:
+    """The ids as the model reads them: a no-loss id (``-2 - id``) back to ``id``; PAD kept."""
+    ids = ids.long()
+    return torch.where(ids < PAD, -2 - ids, ids)
+
 
 def build_causal_lm_network(model_config: Mapping[str, Any], tokens: Mapping[str, Any]):
     """The network of a registered or checkpointed language model (weights from its state)."""
@@ -55,7 +65,8 @@ def build_causal_lm_network(model_config: Mapping[str, Any], tokens: Mapping[str
 
 class NextTokenLoss(nn.Module):
     """The causal LM loss: cross-entropy of each position's logits against the next token,
-    summed over the targets (PAD positions and each row's last token have none)."""
+    summed over the targets (PAD positions, a prompt's ids and each row's last token have
+    none): transformers' ``labels=`` loss with -100 over padding and prompts."""
 
     def forward(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         targets = next_tokens(ids, logits.shape[1])
@@ -65,13 +76,16 @@ class NextTokenLoss(nn.Module):
 
 
 def next_tokens(ids: torch.Tensor, width: int) -> torch.Tensor:
-    """Each position's target: the next id (-100 where there is none), ``width`` columns."""
+    """Each position's target: the next id (-100 where there is none, or where the next id is
+    PAD or a prompt's), ``width`` columns."""
     ids = ids[:, :width].long()
     targets = torch.full_like(ids, -100)
-    targets[:, :-1] = ids[:, 1:].masked_fill(ids[:, 1:] == PAD, -100)
+    following = ids[:, 1:]
+    targets[:, :-1] = following.masked_fill(following < 0, -100)
     return targets
 
 
 def target_count(ids: torch.Tensor) -> int:
-    """Next-token targets in a batch of padded ids: each row's tokens but its first."""
-    return int((ids != PAD).sum()) - int((ids[:, :1] != PAD).sum())
+    """Next-token targets in a batch of padded ids: each row's tokens but its first, and but
+    a prompt's (no-loss) ids."""
+    return int((ids[:, 1:] >= 0).sum())

@@ -3,8 +3,11 @@
 params (the signature's params schema). Temperature 0 is greedy decoding: deterministic.
 
 Each prompt is tokenized by the tokenizer the state holds (its trailing special tokens, e.g.
-``[SEP]``, dropped: the model continues the text), kept to its last tokens that fit the
-model's context with the new ones, and generated on its own (no padding to get wrong).
+``[SEP]``, dropped: the model continues the text). A model trained on prompt / response
+columns is given the prompt part its rows began with (``prompts.prompt_part``: the encoding
+with its special tokens, or the chat template's generation prompt) and answers it. A prompt is
+kept to its last tokens that fit the model's context with the new ones, and generated on its
+own (no padding to get wrong).
 transformers, tokenizers, torch, numpy and pandas only: it runs where trainflow is not installed.
 """
 
@@ -15,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .prompts import SPECIAL_TOKENS, is_prompt_response, prompt_part
 from .tokens import tokenizer_of
 
 PROMPT = "prompt"
@@ -50,8 +54,11 @@ def prompt_ids(tokenizer, prompt: str, keep: int) -> list[int]:
     return ids[-keep:] if keep > 0 else ids
 
 
-def end_id(tokenizer) -> int | None:
-    for token in END_TOKENS:
+def end_id(tokenizer, tokens: Mapping[str, Any] | None = None) -> int | None:
+    """The id generation stops at: the tokenizer's own end-of-text token where the state
+    names it (a chat template's), else the first of END_TOKENS it has."""
+    eos = ((tokens or {}).get(SPECIAL_TOKENS) or {}).get("eos_token")
+    for token in (eos, *END_TOKENS) if eos else END_TOKENS:
         found = tokenizer.token_to_id(token)
         if found is not None:
             return int(found)
@@ -73,14 +80,23 @@ def generate_texts(
     if sampling:
         options.update(temperature=settings["temperature"], top_p=settings["top_p"])
     texts = []
+    stop = end_id(tokenizer, tokens)
     for prompt in prompts:
-        ids = prompt_ids(tokenizer, prompt, context - new) or [network.pad_id]
+        ids = served_ids(tokens, tokenizer, prompt, context - new) or [network.pad_id]
         input_ids = torch.tensor([ids], device=device)
         out = model.generate(
             input_ids=input_ids,
             attention_mask=torch.ones_like(input_ids),
-            eos_token_id=end_id(tokenizer),
+            eos_token_id=stop,
             **options,
         )
         texts.append(tokenizer.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True))
     return texts
+
+
+def served_ids(tokens: Mapping[str, Any], tokenizer, prompt: str, keep: int) -> list[int]:
+    """What the model is given: a prompt / response model's prompt part, or the prompt's ids."""
+    if not is_prompt_response(tokens):
+        return prompt_ids(tokenizer, prompt, keep)
+    ids = prompt_part(tokens, tokenizer, prompt)
+    return ids[-keep:] if keep > 0 else ids

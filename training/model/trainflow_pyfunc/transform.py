@@ -32,8 +32,9 @@ import numpy as np
 import pandas as pd
 
 from .images import ENCODED, decode, unreadable
+from .prompts import row_ids, token_columns
 from .text_features import hashed_text, text_width
-from .tokens import token_ids, tokens_state
+from .tokens import tokens_state
 from .transform_steps import DATETIME_WIDTH, TransformError, categorical_codes, datetime_parts
 
 #: The keys of a transformed batch: the network's input and, with labels, its target.
@@ -55,7 +56,7 @@ def feature_steps(spec: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
     """The spec's feature steps, in feature order: (kind, the raw columns it reads)."""
     tokens = tokens_state(spec)
     if tokens:
-        return [("tokens", [tokens["column"]])]
+        return [("tokens", token_columns(tokens))]
     if spec.get("image_column"):
         return [("image", [spec["image_column"]])]
     steps = [("numeric", list(spec.get("feature_columns") or []))]
@@ -188,7 +189,7 @@ STEPS: dict[str, Callable[[pd.DataFrame, list[str], Mapping[str, Any]], np.ndarr
     "datetime": datetime_parts,
     "image": _image,
     "text": hashed_text,
-    "tokens": token_ids,  # an object array [n] of int32 ids per row, not a matrix
+    "tokens": row_ids,  # an object array [n] of int32 ids per row, not a matrix
 }
 
 
