@@ -58,6 +58,7 @@ class CompiledSteps:
     def _fall_back(self, exc: BaseException) -> None:
         self.compiled = None
         if self.rank == 0:  # one line for the run, not one per worker, and no traceback
+            exc = root_cause(exc)
             reason = one_line(exc, limit=200)
             print(
                 f"trainflow: warning: train.compile: torch.compile failed "
@@ -69,3 +70,15 @@ def training_steps(model: nn.Module, enabled: bool, rank: int) -> CompiledSteps 
     """What runs the training steps: compiled steps with ``train.compile``, else None (the
     model itself)."""
     return CompiledSteps(model, rank) if enabled else None
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The error under Dynamo's wrappers (``BackendCompilerFailed``: "backend='inductor'
+    raised:", then the one that says why)."""
+    seen = {id(exc)}
+    while True:
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__
+        if inner is None or id(inner) in seen:
+            return exc
+        seen.add(id(inner))
+        exc = inner

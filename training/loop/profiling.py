@@ -5,7 +5,8 @@ first steps pay for lazy set-ups that are no part of a step).
 The worker keeps the Chrome trace (gzipped when large) and a table of the top operators by self
 CPU time; they travel to the driver in the worker's return value (as the history does) and the
 train stage logs them to its MLflow run (``log_profile``): ``profile/trace.json`` (or
-``.json.gz``, which Perfetto and chrome://tracing open as is) and ``profile/top_ops.json``.
+``.json.gz``, which Perfetto and chrome://tracing open as is) and the table
+``profile/top_ops.json``.
 """
 
 from __future__ import annotations
