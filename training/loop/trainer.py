@@ -134,13 +134,11 @@ def build_trainer(
 ):
     """A TorchTrainer from config: scaling, run, checkpoint and failure settings in one place.
 
-    ``train_fn`` is the per-worker loop; tests pass a wrapper that injects faults. ``final``:
-    the final training (step validations and the profile, as configured; see ``loop_config``).
-    """
+    ``train_fn``: the per-worker loop (tests wrap it to inject faults). ``final``: step
+    validations and the profile as configured (``loop_config``)."""
     import ray.train
 
     train_fn = _engine_worker(config, train_fn)
-
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
     # (min, max): Train V2's elastic policy starts with what fits and resizes within the bounds.
