@@ -116,7 +116,10 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
 
     Returns the full per-epoch history (also kept in every checkpoint so it survives restarts).
     """
-    return _train(settings, ctx).history
+    run = _train(settings, ctx)
+    if run.profiler is not None:  # a caller that asked for a profile (train_worker keeps it)
+        run.profiler.finish()
+    return run.history
 
 
 def train_worker(settings: dict[str, Any]) -> dict[str, Any]:
@@ -127,6 +130,7 @@ def train_worker(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def _train(settings: dict[str, Any], ctx: LoopContext) -> _Run:
+    """The whole run: built, resumed, wrapped (and compiled), trained epoch by epoch."""
     run = _build_run(settings, ctx)
     state = ctx.latest_state()
     start = resume(run, state)
