@@ -38,6 +38,21 @@ def test_two_worker_fit_checkpoints_every_epoch_and_learns(manifest, layout):
     assert set(state) >= {"model", "optimizer", "scheduler", "spec", "history"}
 
 
+def test_a_final_fit_validates_every_n_steps_and_profiles_rank_0(manifest, layout):
+    """What the workers hand back (Ray Train's return value) for the train stage to log."""
+    import json
+
+    config = _config("train.max_epochs=1", "train.eval_every_steps=5", "train.profile={steps: 2}")
+    outcome = train_final(config, manifest, "fit-steps", layout)
+    steps_per_epoch = -(-manifest.rows["train"] // config.train.batch_size)
+    assert [row["step"] for row in outcome.step_metrics] == list(range(5, steps_per_epoch + 1, 5))
+    assert {"val_loss", "val_accuracy", "lr"} <= set(outcome.step_metrics[0])
+    events = json.loads(outcome.profile["trace"])["traceEvents"]
+    profiled = {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}
+    assert profiled == {"ProfilerStep#2", "ProfilerStep#3"}
+    assert outcome.profile["top_ops"]["operator"]
+
+
 def test_diverging_loop_raises_clear_error(manifest, layout):
     config = _config("train.lr=1.0e+6", "train.lr_schedule=constant", "train.max_failures=0")
     with pytest.raises(TrainingDivergedError, match="lower train.lr"):

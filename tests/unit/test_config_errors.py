@@ -70,3 +70,37 @@ def test_cli_refuses_bad_config_before_anything_starts(tmp_path):
     assert "train.batch_size" in proc.stderr and "greater than or equal to 1" in proc.stderr
     # No home, no Prefect/MLflow state, nothing in the working directory.
     assert list(tmp_path.iterdir()) == [], sorted(str(p) for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["train.eval_every_steps=0"], "train.eval_every_steps"),
+        (["train.profile={steps: 0}"], "train.profile.steps"),
+        (["train.profile={step: 3}"], "train.profile.step"),  # a typo of steps
+        (["train.compile=maybe"], "train.compile"),
+        (
+            ["train.engine=hf_trainer", "train.eval_every_steps=10", "train.compile=true"],
+            "train.eval_every_steps, train.compile: trainflow's loop only",
+        ),
+    ],
+)
+def test_bad_step_level_training_keys_are_refused(overrides, expected):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert expected in str(err.value)
+
+
+def test_cli_refuses_a_profile_of_no_steps_with_exit_2(tmp_path):
+    env = {**os.environ, "TRAINFLOW_HOME": str(tmp_path / "home")}
+    env.pop("PREFECT_HOME", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainflow", "run", "--set", "train.profile={steps: 0}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "train.profile.steps" in proc.stderr and "Traceback" not in proc.stderr

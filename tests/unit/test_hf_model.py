@@ -139,27 +139,25 @@ def test_fsdp_wraps_each_transformer_layer_and_keeps_frozen_params(tokens):
     assert fsdp_options(mlp) == {}
 
 
-def test_warmup_ramps_the_lr_over_its_share_of_the_steps_then_the_epoch_schedule_rules():
+def test_warmup_ramps_the_lr_over_its_share_of_the_steps_then_the_cosine_rules():
     import math
 
     from training.config import TrainConfig
-    from training.loop.schedule import (
-        epoch_factor,
-        optimizer_and_schedule,
-        warm_up,
-        warmup_steps,
-    )
+    from training.loop.schedule import optimizer_and_schedule, total_steps, warmup_steps
 
     train = TrainConfig(lr=0.1, batch_size=10, warmup_ratio=0.25)
-    assert warmup_steps(train, max_epochs=4, train_rows=95) == 10  # 0.25 x 4 epochs x 10 steps
-    assert warmup_steps(train.model_copy(update={"warmup_ratio": 0.0}), 4, 95) == 0
-    optimizer, scheduler = optimizer_and_schedule(torch.nn.Linear(2, 2), train, max_epochs=4)
-    warm_up(optimizer, scheduler, step=5, steps=10)
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
-    scheduler.step()  # epoch 1: cosine's closed form, whatever the warm-up wrote
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * epoch_factor(1, True, 4))
-    warm_up(optimizer, scheduler, step=12, steps=10)  # past the ramp: the epoch's own LR
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05 * (1 + math.cos(math.pi / 4)))
+    steps = total_steps(train, max_epochs=4, train_rows=95)
+    assert warmup_steps(train, steps) == 10  # 0.25 x 4 epochs x 10 steps
+    assert warmup_steps(train.model_copy(update={"warmup_ratio": 0.0}), steps) == 0
+    optimizer, scheduler = optimizer_and_schedule(torch.nn.Linear(2, 2), train, 4, steps)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[4] == pytest.approx(0.05)  # step 5 of the 10-step ramp
+    assert lrs[10] == pytest.approx(0.1)  # past the ramp: the cosine, from the full LR
+    assert lrs[12] == pytest.approx(0.05 * (1 + math.cos(math.pi * 2 / 30)))
 
 
 def _config(tmp_path, **hf):

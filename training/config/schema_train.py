@@ -49,6 +49,14 @@ class CheckpointSettings(Section):
     )
 
 
+class ProfileSettings(Section):
+    """``train.profile``: a torch.profiler trace of the final training's rank 0."""
+
+    steps: int = Field(
+        3, ge=1, description="optimizer steps recorded, after one skipped and one warm-up step"
+    )
+
+
 class TrainConfig(Section):
     """Final distributed training (Ray Train TorchTrainer) and the loop's hyperparameters."""
 
@@ -92,6 +100,18 @@ class TrainConfig(Section):
     )
     gradient_checkpointing: bool = Field(
         False, description="model.kind=hf: recompute activations in backward (less memory)"
+    )
+    eval_every_steps: int | None = Field(
+        None,
+        ge=1,
+        description="final training: also validate every N optimizer steps (MLflow step/val_*); "
+        "unset = at epoch ends only",
+    )
+    compile: bool = Field(
+        False, description="torch.compile the training steps (eager, with a warning, if it fails)"
+    )
+    profile: ProfileSettings | None = Field(
+        None, description="final training: record {steps: N} optimizer steps with torch.profiler"
     )
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
     max_failures: int = Field(1, ge=-1, description="worker-group restarts allowed; -1 = forever")
@@ -145,6 +165,16 @@ class TrainConfig(Section):
                 raise ValueError(
                     "train.engine=hf_trainer checkpoints at epoch ends: "
                     "train.checkpoint.every_n_batches is the loop's"
+                )
+            loop_only = [
+                f"train.{key}"
+                for key in ("eval_every_steps", "compile", "profile")
+                if getattr(self, key)
+            ]
+            if loop_only:
+                raise ValueError(
+                    f"{', '.join(loop_only)}: trainflow's loop only (train.engine=loop); "
+                    "train.hf_args passes a Trainer its own"
                 )
         elif self.hf_args:
             raise ValueError("train.hf_args goes with train.engine=hf_trainer")

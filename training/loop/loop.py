@@ -8,6 +8,7 @@ validation, and the state each checkpoint keeps.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,11 +20,15 @@ from torch import nn
 from training.config import PipelineConfig, validate_config
 from training.errors import TrainingDivergedError
 from training.loop import sharding
+from training.loop.compiling import CompiledSteps, training_steps
 from training.loop.contexts import LoopContext, TrainContext, epoch_seed
-from training.loop.schedule import optimizer_and_schedule, steps_per_epoch, warm_up, warmup_steps
+from training.loop.profiling import StepProfiler, profiler_for
+from training.loop.records import worker_result
+from training.loop.run_state import Start, checkpoint_state, mid_epoch_checkpoint, resume
+from training.loop.schedule import optimizer_and_schedule, set_lr, steps_per_epoch, total_steps
+from training.loop.step_eval import validate_if_due
 from training.loop.validation import validate as _validate
 from training.manifest import FeatureSpec
-from training.metrics import worst
 from training.model.hf_model import checkpoint_model_config, enable_gradient_checkpointing
 from training.model.networks import build_model
 from training.model.trainflow_pyfunc.causal_lm import NextTokenLoss, target_count
@@ -36,14 +41,19 @@ def loop_config(
     every_n_batches: int = 0,
     max_workers: int = 1,
     split_rows: dict[str, int] | None = None,
+    final: bool = False,
 ) -> dict[str, Any]:
     """The plain-data argument every worker/trial receives (picklable, JSON-able).
 
     ``every_n_batches`` > 0 adds mid-epoch checkpoints (final training only: in a sweep every
     report is one ASHA iteration, so trials report once per epoch). ``max_workers`` sizes the
     micro-batches that keep the global batch constant when an elastic group shrinks.
-    ``split_rows`` (the manifest's rows per split) lets a worker size its shard before reading it.
+    ``split_rows`` (the manifest's rows per split) lets a worker size its shard before reading it
+    (and the LR schedule count its steps). ``final``: the final training, which alone validates
+    every ``train.eval_every_steps`` and profiles (``train.profile``): a trial has no run to
+    log them to.
     """
+    train = config.train
     return {
         "pipeline": config.model_dump(mode="json"),
         "spec": spec.to_dict(),
@@ -51,6 +61,8 @@ def loop_config(
         "every_n_batches": every_n_batches,
         "max_workers": max_workers,
         "split_rows": dict(split_rows or {}),
+        "eval_every_steps": (train.eval_every_steps or 0) if final else 0,
+        "profile_steps": train.profile.steps if final and train.profile else 0,
     }
 
 
@@ -90,17 +102,13 @@ class _Run:
     loss_fn: nn.Module = field(default_factory=lambda: nn.CrossEntropyLoss(reduction="sum"))
     model_config: dict[str, Any] = field(default_factory=dict)  # as checkpoints record it
     steps_per_epoch: int = 0
-    warmup_steps: int = 0  # optimizer steps the LR ramps up over (train.warmup_ratio)
-
-
-@dataclass
-class _Start:
-    """Where training starts: epochs completed, and batches done in the next one (mid-epoch
-    checkpoints) with the global loss totals over them."""
-
-    epoch: int = 0
-    batch: int = 0
-    partial: list[float] | None = None
+    total_steps: int = 0  # optimizer steps of the run; 0 (unknown): the LR schedule is per epoch
+    global_step: int = 0  # optimizer steps done, over all epochs
+    last_lr: float = 0.0  # the LR the last optimizer step took
+    eval_every_steps: int = 0
+    step_metrics: list[dict[str, float]] = field(default_factory=list)
+    steps: CompiledSteps | None = None  # train.compile: what the training steps call
+    profiler: StepProfiler | None = None
 
 
 def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float]]:
@@ -108,31 +116,48 @@ def run_loop(settings: dict[str, Any], ctx: LoopContext) -> list[dict[str, float
 
     Returns the full per-epoch history (also kept in every checkpoint so it survives restarts).
     """
+    run = _train(settings, ctx)
+    if run.profiler is not None:  # a caller that asked for a profile (train_worker keeps it)
+        run.profiler.finish()
+    return run.history
+
+
+def train_worker(settings: dict[str, Any]) -> dict[str, Any]:
+    """``train_loop_per_worker`` of the TorchTrainer: the history, step validations, profile."""
+    run = _train(settings, TrainContext.from_settings(settings))
+    profile = run.profiler.finish() if run.profiler is not None else None
+    return worker_result(run.history, run.step_metrics, profile)
+
+
+def _train(settings: dict[str, Any], ctx: LoopContext) -> _Run:
+    """The whole run: built, resumed, wrapped (and compiled), trained epoch by epoch."""
     run = _build_run(settings, ctx)
     state = ctx.latest_state()
-    start = _resume(run, state)
+    start = resume(run, state)
     run.model = ctx.prepare_model(run.model)
     if sharding.is_sharded(run.model):  # FSDP swapped in flat shards: step those instead
         scheduler_state = run.scheduler.state_dict()
         run.optimizer, run.scheduler = optimizer_and_schedule(
-            run.model, run.config.train, run.max_epochs
+            run.model, run.config.train, run.max_epochs, run.total_steps
         )
         run.scheduler.load_state_dict(scheduler_state)
     if state is not None:
         # Now that the parameters sit on their device (a GPU with use_gpu), torch puts the
         # optimizer's moments beside them; loaded before, they stayed on the CPU.
         sharding.load_optimizer_state(run.model, run.optimizer, state["optimizer"])
+        set_lr(run.optimizer, run.scheduler)  # the LR of the step it resumes at
+    # Compiled after DDP/FSDP wrapping; the wrapped model stays what validation and
+    # checkpoints use.
+    run.steps = training_steps(run.model, run.config.train.compile, ctx.rank)
+    run.profiler = profiler_for(int(settings.get("profile_steps") or 0), ctx.rank)
+    run.last_lr = run.optimizer.param_groups[0]["lr"]
     for epoch in range(start.epoch, run.max_epochs):
-        metrics = _run_epoch(run, epoch, start if epoch == start.epoch else _Start(epoch))
-        run.scheduler.step()
+        metrics = _run_epoch(run, epoch, start if epoch == start.epoch else Start(epoch))
+        if not run.total_steps:  # the fallback's per-epoch schedule
+            run.scheduler.step()
         run.history.append(metrics)
-        ctx.report(metrics, _checkpoint_state(run, epoch + 1, metrics=metrics))
-    return run.history
-
-
-def train_worker(settings: dict[str, Any]) -> list[dict[str, float]]:
-    """``train_loop_per_worker`` of the TorchTrainer."""
-    return run_loop(settings, TrainContext.from_settings(settings))
+        ctx.report(metrics, checkpoint_state(run, epoch + 1, metrics=metrics))
+    return run
 
 
 def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
@@ -146,7 +171,8 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
     model = build_model(
         config.model, spec.input_shape, spec.num_outputs, spec.task, spec.cardinalities, spec.tokens
     )
-    optimizer, scheduler = optimizer_and_schedule(model, train, max_epochs)
+    steps = total_steps(train, max_epochs, train_rows)
+    optimizer, scheduler = optimizer_and_schedule(model, train, max_epochs, steps)
     # The global batch is split across workers so results do not depend on the worker count.
     batch_rows, micro_rows = step_plan(
         train.batch_size, ctx.world_size, int(settings.get("max_workers", 1))
@@ -169,7 +195,8 @@ def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
         loss_fn=_loss_fn(spec),
         model_config=checkpoint_model_config(config.model, model),
         steps_per_epoch=steps_per_epoch(train, train_rows),
-        warmup_steps=warmup_steps(train, max_epochs, train_rows),
+        total_steps=steps,
+        eval_every_steps=int(settings.get("eval_every_steps") or 0),
     )
 
 
@@ -188,26 +215,7 @@ class SquaredError(nn.Module):
         return nn.functional.mse_loss(output.squeeze(1), target.float(), reduction="sum")
 
 
-def _resume(run: _Run, state: dict[str, Any] | None) -> _Start:
-    """Load a checkpoint's state into the run (if any); where its training continues."""
-    if state is None:
-        return _Start()
-    run.model.load_state_dict(state["model"])  # the optimizer's state: after prepare_model
-    run.scheduler.load_state_dict(state["scheduler"])
-    run.history = list(state["history"])
-    start = _Start(int(state["epoch"]), int(state.get("batch", 0)), state.get("partial_totals"))
-    if start.batch and state.get("world_size", run.ctx.world_size) != run.ctx.world_size:
-        # An elastic resize changed every rank's shard: a batch position of the old split
-        # means nothing in the new one, so the epoch restarts (its first part seen twice).
-        start.batch, start.partial = 0, None
-    if run.ctx.rank == 0:  # in the worker's log: a restart or re-run continued, not restarted
-        print(
-            f"trainflow: resuming at epoch {start.epoch + 1} of {run.max_epochs} from a checkpoint"
-        )
-    return start
-
-
-def _run_epoch(run: _Run, epoch: int, start: _Start) -> dict[str, float]:
+def _run_epoch(run: _Run, epoch: int, start: Start) -> dict[str, float]:
     """Train and validate one epoch; its metrics (the LR is the one it trained with)."""
     torch.manual_seed(epoch_seed(run.config.train.seed, epoch, run.ctx.rank))
     train_loss = _train_epoch(run, epoch, start)
@@ -223,13 +231,13 @@ def _run_epoch(run: _Run, epoch: int, start: _Start) -> dict[str, float]:
         "epoch": epoch + 1,
         "train_loss": train_loss,
         **val,
-        "lr": run.optimizer.param_groups[0]["lr"],
+        "lr": run.last_lr,
         # Elastic groups change size between attempts: the history shows each epoch's.
         "workers": float(run.ctx.world_size),
     }
 
 
-def _train_epoch(run: _Run, epoch: int, start: _Start) -> float:
+def _train_epoch(run: _Run, epoch: int, start: Start) -> float:
     """One epoch from batch ``start.batch`` on; the mean train loss over all ranks."""
     run.model.train()
     totals = torch.zeros(2, dtype=torch.float64)  # loss sum, rows
@@ -239,22 +247,45 @@ def _train_epoch(run: _Run, epoch: int, start: _Start) -> float:
     batches = run.ctx.train_batches(epoch, run.batch_rows, start.batch)
     for done, (features, labels) in enumerate(batches, start=start.batch + 1):
         run.optimizer.zero_grad(set_to_none=True)
-        if run.warmup_steps:
-            step = epoch * run.steps_per_epoch + done
-            warm_up(run.optimizer, run.scheduler, step, run.warmup_steps)
         if run.spec.task == "causal_lm":  # the targets are the ids, shifted by the loss
             labels, units = features, target_count(features)
         else:
             units = len(labels)
-        loss_sum = accumulate_gradients(
-            run.model, run.loss_fn, features, labels, run.micro_rows, bf16, units
+        step = functools.partial(
+            accumulate_gradients,
+            loss_fn=run.loss_fn,
+            features=features,
+            labels=labels,
+            micro=run.micro_rows,
+            bf16=bf16,
+            units=units,
         )
-        run.optimizer.step()
+        loss_sum = _forward_backward(run, step)
+        _optimizer_step(run)
         totals += torch.tensor([loss_sum, units], dtype=torch.float64)
         if run.every_n_batches and done % run.every_n_batches == 0:
-            _mid_epoch_checkpoint(run, epoch, done, totals)
+            mid_epoch_checkpoint(run, epoch, done, totals)
     totals = run.ctx.all_reduce_sum(totals)
     return float(totals[0] / max(totals[1].item(), 1.0))
+
+
+def _forward_backward(run: _Run, step) -> float:
+    """``step`` (the batch's forward and backward passes) with the model, or compiled."""
+    if run.steps is None:
+        return step(run.model)
+    return run.steps.run(step, reset=lambda: run.optimizer.zero_grad(set_to_none=True))
+
+
+def _optimizer_step(run: _Run) -> None:
+    """The optimizer's step, the next step's LR, and what runs every few steps."""
+    run.last_lr = run.optimizer.param_groups[0]["lr"]
+    run.optimizer.step()
+    run.global_step += 1
+    if run.total_steps:
+        run.scheduler.step()
+    validate_if_due(run)
+    if run.profiler is not None:
+        run.profiler.step()
 
 
 def accumulate_gradients(
@@ -284,35 +315,3 @@ def accumulate_gradients(
             (loss / units).backward()
         loss_total += loss.item()
     return loss_total
-
-
-def _mid_epoch_checkpoint(run: _Run, epoch: int, done: int, totals: torch.Tensor) -> None:
-    """Report a checkpoint after ``done`` batches of ``epoch``, ranked below every real one."""
-    # Every rank reaches this point together (equal shards); the summed partial loss lets
-    # a resumed epoch report the same train_loss. The worst score keeps it from ever
-    # ranking as "best"; Ray Train still resumes from it as the latest.
-    totals = run.ctx.all_reduce_sum(totals)
-    checkpoint = run.config.train.checkpoint
-    extra = {"batch": done, "partial_totals": totals.tolist(), "world_size": run.ctx.world_size}
-    metrics = {"epoch_in_progress": epoch + 1, "batch": done}
-    metrics[checkpoint.score_attribute] = worst(checkpoint.score_order)
-    run.ctx.report(metrics, _checkpoint_state(run, epoch, **extra))
-
-
-def _checkpoint_state(run: _Run, epoch: int, **extra: Any) -> dict[str, Any] | None:
-    """What a checkpoint keeps after ``epoch`` epochs (rank 0 only: the others report None)."""
-    # Full state dicts; under FSDP gathering them is a collective every rank joins.
-    model_state = sharding.model_state(run.model, run.ctx.rank)
-    optimizer_state = sharding.optimizer_state(run.model, run.optimizer, run.ctx.rank)
-    if run.ctx.rank != 0:
-        return None
-    return {
-        "model": model_state,
-        "optimizer": optimizer_state,
-        "scheduler": run.scheduler.state_dict(),
-        "epoch": epoch,
-        "history": list(run.history),  # a copy: in-process contexts keep the dict
-        "spec": run.spec.to_dict(),
-        "model_config": run.model_config,
-        **extra,
-    }

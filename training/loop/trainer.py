@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from training.config import PipelineConfig
 from training.errors import TrainflowError
 from training.loop.failures import training_error
 from training.loop.loop import loop_config, train_worker
+from training.loop.records import unpack
 from training.manifest import Manifest
 from training.platform import cluster, signals
 from training.storage import StorageLayout
@@ -106,12 +107,15 @@ def _lean_torch_trainer():
 
 @dataclass
 class TrainOutcome:
-    """What the final training left: the best checkpoint and the per-epoch history."""
+    """What the final training left: the best checkpoint, the per-epoch history, and the
+    step validations and profile (``train.eval_every_steps``, ``train.profile``)."""
 
     checkpoint_path: str
     checkpoint_metrics: dict[str, Any]
     history: list[dict[str, float]]
     run_path: str
+    step_metrics: list[dict[str, float]] = field(default_factory=list)
+    profile: dict[str, Any] | None = None
 
 
 def build_trainer(
@@ -126,15 +130,15 @@ def build_trainer(
     callbacks: list | None = None,
     train_fn=train_worker,
     every_n_batches: int = 0,
+    final: bool = False,
 ):
     """A TorchTrainer from config: scaling, run, checkpoint and failure settings in one place.
 
-    ``train_fn`` is the per-worker loop; tests pass a wrapper that injects faults.
-    """
+    ``train_fn``: the per-worker loop (tests wrap it to inject faults). ``final``: step
+    validations and the profile as configured (``loop_config``)."""
     import ray.train
 
     train_fn = _engine_worker(config, train_fn)
-
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
     # (min, max): Train V2's elastic policy starts with what fits and resizes within the bounds.
@@ -151,6 +155,7 @@ def build_trainer(
         every_n_batches=every_n_batches,
         max_workers=max_workers,
         split_rows=manifest.rows,
+        final=final,
     )
     fewest_workers = workers if isinstance(workers, int) else workers[0]
     splits = in_memory_splits(config, manifest, fewest_workers)
@@ -241,6 +246,7 @@ def train_final(
             callbacks=callbacks,
             train_fn=train_fn,
             every_n_batches=config.train.checkpoint.every_n_batches,
+            final=True,
         )
         try:
             with signals.handlers_restored():
@@ -255,10 +261,12 @@ def train_final(
     if best is None:
         raise TrainflowError("training finished without a checkpoint; check the worker logs")
     best_metrics = next((m for c, m in result.best_checkpoints or [] if c.path == best.path), {})
-    history = result.return_value or []
+    history, step_metrics, profile = unpack(result.return_value)
     return TrainOutcome(
         checkpoint_path=layout.uri_of(best.path),
         checkpoint_metrics=dict(best_metrics),
-        history=list(history),
+        history=history,
         run_path=layout.uri_of(result.path),
+        step_metrics=step_metrics,
+        profile=profile,
     )

@@ -8,6 +8,7 @@ import tempfile
 from dataclasses import dataclass
 
 from training.config import PipelineConfig
+from training.loop.records import log_loop_records
 from training.loop.trainer import TrainOutcome, train_final
 from training.manifest import Manifest
 from training.report.plots import learning_curves_png
@@ -39,6 +40,7 @@ def train(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
     )
     outcome = train_final(config, manifest, run_id, StorageLayout.from_config(config))
     tracker.log_history(train_run, outcome.history, step_key="epoch")
+    log_loop_records(tracker, train_run, outcome)  # train.eval_every_steps, train.profile
     tracker.set_tags(train_run, {"checkpoint_path": outcome.checkpoint_path})
     with tempfile.TemporaryDirectory() as tmp:
         curves = learning_curves_png(outcome.history, os.path.join(tmp, "curves.png"))
