@@ -37,6 +37,7 @@ import time
 import uuid
 from typing import Any
 
+from benchmarks import b8_train_stage as stage
 from benchmarks import harness as h
 from benchmarks.b2_preprocessing import _arrow_arm, _ray_arm
 from benchmarks.common import Context, register_by_value, source_config, start_ray, table_data
@@ -73,6 +74,7 @@ FIGURES = [
     ),
     h.FigureSpec(ID, "mlp_rows_per_s_loop", "the loop's steady rows/s, default MLP", "—", "—"),
     h.FigureSpec(ID, "mlp_rows_per_s_bare", "bare PyTorch steady rows/s, default MLP", "—", "—"),
+    *stage.FIGURES,
 ]
 
 
@@ -328,6 +330,7 @@ def run(ctx: Context) -> h.Outcome:
         "mlp_bare": _mlp_bare_arm(config, manifest),
     }
     mlp_samples = h.run_alternating(mlp, reps, label=f"{ID} MLP")
+    stage_figures, stage_samples, stage_params = stage.measure(ctx, storage)
 
     at = f", {rows:,} rows"
 
@@ -372,6 +375,7 @@ def run(ctx: Context) -> h.Outcome:
         h.Figure(
             "mlp_rows_per_s_bare", FIGURES[8].name + at, "rows/s", col(mlp_samples, "mlp_bare")
         ),
+        *stage_figures,
     ]
     return h.Outcome(
         figures=figures,
@@ -379,6 +383,7 @@ def run(ctx: Context) -> h.Outcome:
             **{f"preprocess_{k}": v for k, v in pre_samples.items()},
             **loop_samples,
             **mlp_samples,
+            **stage_samples,
         },
         params={
             "rows": rows,
@@ -394,6 +399,7 @@ def run(ctx: Context) -> h.Outcome:
             "ray_num_cpus": 4,
             "ray_start_s": ray.get("_start_s"),
             "generate_s": round(generate_s, 1),
+            "user_run": stage_params,
         },
         notes=[
             "loop arm: TorchTrainer start-up is not in the figure (only the timed pass); the "
