@@ -40,7 +40,9 @@ def bare_model(size: dict[str, Any], pad_id: int):
     """The bare loop's GPT-2: ``AutoModelForCausalLM`` from the size's config."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model("gpt2", **size["gpt2"], pad_token_id=pad_id)
+    # No bos/eos: GPT-2's 50256 lies past a small vocabulary, and training reads neither.
+    ends = {"bos_token_id": None, "eos_token_id": None}
+    config = AutoConfig.for_model("gpt2", **size["gpt2"], pad_token_id=pad_id, **ends)
     return AutoModelForCausalLM.from_config(config)
 
 
