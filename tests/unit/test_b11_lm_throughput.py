@@ -93,3 +93,13 @@ def test_figures_compare_per_worker_say_why_deepspeed_is_empty_and_give_mfu_in_p
     assert figures["mfu_bare"]["value"] == pytest.approx(10.0)  # 100 x 1e6 / 1e9 = 10 %
     assert figures["mfu_ddp"]["value"] == pytest.approx(9.0)  # per worker, against one device
     assert {s.key for s in b11.FIGURES} == set(figures)
+
+
+def test_the_cli_passes_size_to_b11s_child_by_its_environment_variable():
+    from benchmarks import __main__ as cli
+
+    assert cli.B11_SIZE_ENV == b11.SIZE_ENV
+    assert cli._parse(["--only", "B11", "--size", "gpu"]).size == "gpu"
+    assert cli._parse([]).size is None
+    with pytest.raises(SystemExit):
+        cli._parse(["--size", "huge"])
