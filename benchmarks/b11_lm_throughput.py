@@ -10,7 +10,8 @@ data (BBC News articles packed into blocks of the sequence length by trainflow's
 preprocessing; the bare loop reads the same train split), same global batch and precision, and
 one device per worker against the bare loop on one: GPU, 1 worker on 1 GPU; CPU, 2 workers x 1
 thread (so that FSDP really shards and DDP all-reduces) against the bare loop on 1 thread,
-compared per worker (tokens/s ÷ workers ÷ bare: 1.0 is the bare loop scaled perfectly). Not
+compared per worker (tokens/s ÷ workers ÷ bare, the bare loop stepping on one worker's share
+of the global batch: 1.0 is the bare loop scaled perfectly). Not
 the bare loop on 2 threads: on this shared 2-core machine two OpenMP threads under load ran
 ~40x slower than one, which measures the load, not the loop. Tokens are the non-pad tokens
 trained on; the time is each epoch's training phase (first batch requested to last step done;
@@ -61,7 +62,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "precision": "bf16",
     },
 }
-_BARE = "bare Hugging Face loop (same GPT-2, blocks, batch, precision, threads)"
+_BARE = "bare Hugging Face loop on one device (same GPT-2, blocks, per-device batch, precision)"
 FIGURES = [
     *(
         h.FigureSpec(
@@ -242,13 +243,21 @@ def run(ctx: Context) -> h.Outcome:
     deepspeed = deepspeed_status(config, gpu)
     strategies = (*STRATEGIES, "deepspeed") if deepspeed is None else STRATEGIES
     arms = _engine_arms(config, manifest, storage, plan, strategies)
-    arms["bare"] = bare_arm(size, train_ids, pad_id, plan["bare_threads"], gpu)
+    # The bare loop steps on one worker's share of the global batch: the per-device work.
+    bare_size = {**size, "batch": size["batch"] // plan["workers"]}
+    arms["bare"] = bare_arm(bare_size, train_ids, pad_id, plan["bare_threads"], gpu)
     samples = h.run_alternating(arms, ctx.reps(3, 1), label=ID)
     flops = _flops(size, pad_id, gpu, plan["bare_threads"])
     return h.Outcome(
         figures=_figures(samples, flops, deepspeed),
         samples=samples,
-        params={"size": name, "gpu": gpu, **plan, **{k: v for k, v in size.items() if k != "gpt2"}},
+        params={
+            "size": name,
+            "gpu": gpu,
+            **plan,
+            **{k: v for k, v in size.items() if k != "gpt2"},
+            "bare_batch": bare_size["batch"],
+        },
         notes=_notes(gpu, plan, deepspeed, flops),
         extra={
             "gpt2": size["gpt2"],
