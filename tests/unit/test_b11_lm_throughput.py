@@ -90,6 +90,7 @@ def test_figures_compare_per_worker_say_why_deepspeed_is_empty_and_give_mfu_in_p
     assert figures["ratio_fsdp"]["pass"] is False
     assert figures["ratio_deepspeed"]["value"] is None
     assert figures["ratio_deepspeed"]["note"] == b11.DEEPSPEED_SKIPPED
+    assert figures["ratio_deepspeed"]["target"] is None  # no goal for a row that did not run
     assert figures["mfu_bare"]["value"] == pytest.approx(10.0)  # 100 x 1e6 / 1e9 = 10 %
     assert figures["mfu_ddp"]["value"] == pytest.approx(9.0)  # per worker, against one device
     assert {s.key for s in b11.FIGURES} == set(figures)
