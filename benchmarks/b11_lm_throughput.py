@@ -40,6 +40,7 @@ TITLE = "causal-LM training throughput and MFU: DDP, FSDP (DeepSpeed on a GPU) v
 TIMEOUT_S = (3600, 600)
 SIZE_ENV = "TRAINFLOW_B11_SIZE"
 STRATEGIES = ("ddp", "fsdp")
+ONE_WORKER = "one_worker"
 DEEPSPEED_SKIPPED = "skipped: needs a GPU and `pip install -e '.[deepspeed]'`"
 _GPT2 = ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions")
 #: ``toy``: seconds per arm on 2 CPU cores (the smoke's); ``gpu``: GPT-2 small's shape (~124M
@@ -76,6 +77,13 @@ FIGURES = [
     ),
     h.FigureSpec(
         ID, "ratio_deepspeed", "tokens/s per worker, DeepSpeed ZeRO-3 ÷ bare", ">= 0.9", _BARE
+    ),
+    h.FigureSpec(
+        ID,
+        f"ratio_{ONE_WORKER}",
+        "tokens/s, the loop on 1 worker ÷ bare (CPUs: no partner to wait for)",
+        "— (reported)",
+        _BARE,
     ),
     h.FigureSpec(ID, "tps_bare", "bare loop, tokens/s", "—", "—"),
     *(
@@ -208,8 +216,10 @@ def _layout(gpu: bool, size: dict[str, Any]) -> dict[str, int]:
     return {"workers": 1 if gpu else 2, "threads": 1, "bare_threads": 1}
 
 
-def _engine_arms(config, manifest, storage: str, plan: dict[str, int], strategies) -> dict:
-    return {
+def _engine_arms(config, manifest, storage: str, plan, strategies, smoke: bool) -> dict:
+    """An arm per strategy; with several workers (CPUs, a full run) also the loop on one worker
+    stepping on one worker's share of the batch: the loop's own cost, with no partner."""
+    arms = {
         s: _engine_arm(
             config.with_overrides({"train.strategy": s}),
             manifest,
@@ -219,6 +229,12 @@ def _engine_arms(config, manifest, storage: str, plan: dict[str, int], strategie
         )
         for s in strategies
     }
+    if plan["workers"] > 1 and not smoke:
+        alone = config.with_overrides(
+            {"train.batch_size": config.train.batch_size // plan["workers"]}
+        )
+        arms[ONE_WORKER] = _engine_arm(alone, manifest, storage, 1, plan["threads"])
+    return arms
 
 
 def run(ctx: Context) -> h.Outcome:
@@ -242,12 +258,12 @@ def run(ctx: Context) -> h.Outcome:
     storage = str(ctx.scratch("runs"))
     deepspeed = deepspeed_status(config, gpu)
     strategies = (*STRATEGIES, "deepspeed") if deepspeed is None else STRATEGIES
-    arms = _engine_arms(config, manifest, storage, plan, strategies)
+    arms = _engine_arms(config, manifest, storage, plan, strategies, ctx.smoke)
     # The bare loop steps on one worker's share of the global batch: the per-device work.
     bare_size = {**size, "batch": size["batch"] // plan["workers"]}
     arms["bare"] = bare_arm(bare_size, train_ids, pad_id, plan["bare_threads"], gpu)
     samples = h.run_alternating(arms, ctx.reps(3, 1), label=ID)
-    flops = _flops(size, pad_id, gpu, plan["bare_threads"])
+    flops = mfu.model_flops(bare_model(size, pad_id), size, gpu, plan["bare_threads"])
     return h.Outcome(
         figures=_figures(samples, flops, deepspeed),
         samples=samples,
@@ -269,31 +285,6 @@ def run(ctx: Context) -> h.Outcome:
     )
 
 
-def _flops(size: dict[str, Any], pad_id: int, gpu: bool, threads: int) -> dict[str, Any]:
-    """FLOPs per token of the model, and the peak MFU is measured against."""
-    import torch
-
-    model = bare_model(size, pad_id)
-    params = mfu.counted_params(model)
-    per_token = mfu.flops_per_token(
-        params, size["gpt2"]["n_layer"], size["gpt2"]["n_embd"], size["seq_len"]
-    )
-    if gpu:
-        device = torch.cuda.get_device_name(0)
-        peak, basis = mfu.gpu_peak(device), f"{device}: dense bf16 peak (vendor's figure)"
-        basis = basis if peak else f"{device}: not in the table of known peaks"
-    else:
-        peak, basis = mfu.matmul_peak(threads), mfu.CPU_PEAK + f" ({threads} threads)"
-    return {
-        "params_counted": params,
-        "params_total": sum(p.numel() for p in model.parameters()),
-        "flops_per_token": per_token,
-        "peak_flops": peak,
-        "peak_basis": basis,
-        "formula": "6 N + 12 L d T (N: parameters less position embeddings)",
-    }
-
-
 def _figures(samples, flops: dict[str, Any], deepspeed: str | None) -> list[h.Figure]:
     spec = {s.key: s for s in FIGURES}
     bare = h.pluck(samples["bare"], "tokens_per_s")
@@ -304,6 +295,10 @@ def _figures(samples, flops: dict[str, Any], deepspeed: str | None) -> list[h.Fi
         # A row that did not run has no goal to meet (the table would show a verdict of nothing).
         note, target = ("", h.Target(">=", 0.9)) if arm in samples else (deepspeed or "", None)
         figures.append(h.Figure(key, spec[key].name, "x", ratios, _BARE, target, note))
+    if ONE_WORKER in samples:
+        key = f"ratio_{ONE_WORKER}"
+        ratios = h.paired_ratios(_per_worker(samples[ONE_WORKER]), bare)
+        figures.append(h.Figure(key, spec[key].name, "x", ratios, _BARE))
     figures.append(h.Figure("tps_bare", spec["tps_bare"].name, "tokens/s", bare))
     for arm in (*STRATEGIES, "bare"):
         utilisation = [

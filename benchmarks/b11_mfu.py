@@ -78,3 +78,28 @@ def mfu(tokens_per_s: float, per_token: float, peak: float | None) -> float | No
     if not peak or tokens_per_s <= 0:
         return None
     return tokens_per_s * per_token / peak
+
+
+def model_flops(model: Any, size: dict[str, Any], gpu: bool, threads: int) -> dict[str, Any]:
+    """B11's FLOPs per token of ``model`` (a GPT-2 of ``size``), and the peak MFU is measured
+    against (a GPU's from the table, or the CPUs' measured on ``threads``)."""
+    import torch
+
+    params = counted_params(model)
+    per_token = flops_per_token(
+        params, size["gpt2"]["n_layer"], size["gpt2"]["n_embd"], size["seq_len"]
+    )
+    if gpu:
+        device = torch.cuda.get_device_name(0)
+        peak, basis = gpu_peak(device), f"{device}: dense bf16 peak (vendor's figure)"
+        basis = basis if peak else f"{device}: not in the table of known peaks"
+    else:
+        peak, basis = matmul_peak(threads), CPU_PEAK + f" ({threads} thread{'s' * (threads > 1)})"
+    return {
+        "params_counted": params,
+        "params_total": sum(p.numel() for p in model.parameters()),
+        "flops_per_token": per_token,
+        "peak_flops": peak,
+        "peak_basis": basis,
+        "formula": "6 N + 12 L d T (N: parameters less position embeddings)",
+    }

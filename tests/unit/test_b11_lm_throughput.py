@@ -82,12 +82,14 @@ def test_figures_compare_per_worker_say_why_deepspeed_is_empty_and_give_mfu_in_p
         # 2 workers: compared per worker with the bare loop on one device
         "ddp": [{"tokens_per_s": 180.0, "tokens_per_s_per_worker": 90.0}],
         "fsdp": [{"tokens_per_s": 160.0, "tokens_per_s_per_worker": 80.0}],
+        "one_worker": [{"tokens_per_s": 95.0, "tokens_per_s_per_worker": 95.0}],
         "bare": [{"tokens_per_s": 100.0}],
     }
     flops = {"flops_per_token": 1e6, "peak_flops": 1e9, "peak_basis": "measured"}
     figures = {f.key: f.to_dict() for f in b11._figures(samples, flops, b11.DEEPSPEED_SKIPPED)}
     assert figures["ratio_ddp"]["value"] == pytest.approx(0.9) and figures["ratio_ddp"]["pass"]
     assert figures["ratio_fsdp"]["pass"] is False
+    assert figures["ratio_one_worker"]["value"] == pytest.approx(0.95)
     assert figures["ratio_deepspeed"]["value"] is None
     assert figures["ratio_deepspeed"]["note"] == b11.DEEPSPEED_SKIPPED
     assert figures["ratio_deepspeed"]["target"] is None  # no goal for a row that did not run
