@@ -1,5 +1,5 @@
-"""trainflow benchmarks B1-B10 (issue 7; B8: issue 16; B9: issue 30; B10: issue 31): our speed
-against the limit, side by side.
+"""trainflow benchmarks B1-B11 (issue 7; B8: issue 16; B9: issue 30; B10: issue 31; B11: issue 34):
+our speed against the limit, side by side.
 
 ``python -m benchmarks`` (or ``make bench``) runs them all; ``--only B1,B3`` selects, ``--smoke``
 shrinks every size. Each benchmark writes ``benchmarks/results/<ID>.json`` and the summary table
@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "B8": "benchmarks.b8_ingest",
     "B9": "benchmarks.b9_vs_gbdt",
     "B10": "benchmarks.b10_hf_throughput",
+    "B11": "benchmarks.b11_lm_throughput",
 }
 
 

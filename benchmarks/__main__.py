@@ -8,6 +8,7 @@ benchmark's JSON and the suite goes on.
     python -m benchmarks --only B1,B3         # a selection
     python -m benchmarks --smoke              # every size shrunk; results/smoke/, docs untouched
     python -m benchmarks --render             # only regenerate the docs table from the JSON
+    python -m benchmarks --only B11 --size gpu  # B11's GPT-2 size: toy (CPU) or gpu (~124M)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from benchmarks import BENCHMARKS, figure_specs, load
 from benchmarks import harness as h
 from benchmarks.common import REPO_ROOT, Context, configure_process, remove, stop_ray
 
+B11_SIZE_ENV = "TRAINFLOW_B11_SIZE"  # read by benchmarks.b11_lm_throughput (not imported here)
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 DOCS = REPO_ROOT / "docs" / "benchmarks.md"
 
@@ -58,6 +60,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=None, help="seconds per benchmark")
     parser.add_argument("--keep-work", action="store_true", help="keep scratch directories")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    parser.add_argument(
+        "--size",
+        choices=("toy", "gpu"),
+        default=None,
+        help="B11's model size (default: gpu where CUDA is, else toy)",
+    )
     # Internal: run one benchmark in this process (the parent starts one child per benchmark).
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--suite-id", default=None, help=argparse.SUPPRESS)
@@ -159,6 +167,8 @@ def _run_one(args, bench_id: str, suite_id: str, shared: Path, selection: list[s
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     }
+    if args.size:
+        env[B11_SIZE_ENV] = args.size
 
     def failed(error: str) -> dict:
         """Record a benchmark that produced no result of its own, so the suite goes on."""

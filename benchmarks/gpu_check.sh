@@ -1,6 +1,8 @@
 #!/bin/bash
 # The GPU checks of issue 18 in one go, for a lent GPU machine: the `gpu` tests, then the default
-# pipeline with use_gpu + bf16 beside the same run on the CPUs (benchmarks/gpu_pipeline.py).
+# pipeline with use_gpu + bf16 beside the same run on the CPUs (benchmarks/gpu_pipeline.py), then
+# B11 at its gpu size (a ~124M GPT-2 in bf16: tokens/s and MFU of DDP, FSDP and, with the
+# deepspeed extra installed, DeepSpeed ZeRO-3 beside a bare loop; B11_S=0 skips it).
 #
 #   OUT=results-dir PY=python3 bash benchmarks/gpu_check.sh
 #
@@ -28,4 +30,11 @@ timeout "${BENCH_S:-300}" "$PY" -m benchmarks.gpu_pipeline --reps "${REPS:-1}" \
   --out "$OUT/gpu.json" >"$OUT/gpu-pipeline.log" 2>&1
 echo "bench rc=$?"
 tail -30 "$OUT/gpu-pipeline.log"
+if [ "${B11_S:-600}" != 0 ]; then
+  stamp "B11: causal-LM throughput and MFU, gpu size"
+  timeout "${B11_S:-600}" "$PY" -m benchmarks --only B11 --size gpu --reps "${REPS:-1}" \
+    --out "$OUT/b11" --no-docs >"$OUT/b11.log" 2>&1
+  echo "b11 rc=$?"
+  tail -5 "$OUT/b11.log"
+fi
 stamp "done"

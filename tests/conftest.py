@@ -47,6 +47,7 @@ LONGEST_FIRST = (
     "tests/integration/test_benchmarks_smoke.py",
     "tests/e2e/test_regression_pipeline.py",
     "tests/integration/test_fsdp.py",
+    "tests/integration/test_lm_parallel.py",
     "tests/e2e/test_exposed_stack.py",
 )
 

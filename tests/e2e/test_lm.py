@@ -3,7 +3,8 @@ causal_lm`` on a small table of real BBC News texts, a tiny GPT-2 saved with
 ``save_pretrained`` to a temporary directory and loaded by path, a tokenizer fitted on the
 training split, texts packed into blocks, 2 CPU workers and a 2-trial sweep ranked by val_loss.
 The run's checks: perplexity logged and finite, samples logged, the model registered, and the
-champion generating text from a prompt with inference params, in-process."""
+champion generating text from a prompt with inference params, in-process and through a real
+`mlflow models serve` (``/invocations`` with ``params``)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,32 @@ def test_the_champion_generates_from_a_prompt_with_params(home, run):
     assert first.equals(champion.predict(prompts, params=greedy))  # greedy: deterministic
     sampled = champion.predict(prompts, params={"max_new_tokens": 4, "temperature": 1.0})
     assert len(sampled) == 2
+
+
+def test_mlflow_models_serve_generates_with_params(home, run):
+    import mlflow.pyfunc
+    from champion_checks import Served
+    from cli_runner import free_port
+
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    champion = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion")
+    prompts = pd.DataFrame({"prompt": ["the bank said profits", "the match ended"]})
+    greedy = {"max_new_tokens": 5, "temperature": 0.0}
+    expected = champion.predict(prompts, params=greedy)["generated_text"].tolist()
+    served = Served(uri, f"models:/{MODEL}@champion", free_port(), home / "serve.log")
+    request = {"dataframe_records": prompts.to_dict(orient="records"), "params": greedy}
+    try:
+        served.wait_ready()
+        status, body = served.invoke(request)
+        assert status == 200, body
+        got = [row["generated_text"] for row in body["predictions"]]
+        assert got == expected  # temperature 0: the served model decodes as the loaded one
+        assert served.invoke(request)[1] == body  # and again: deterministic
+        status, body = served.invoke({**request, "params": {"max_new_tokens": 0}})
+        assert status == 400 and "max_new_tokens=0" in json.dumps(body), body
+    finally:
+        served.stop()
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""A seconds-scale smoke of the benchmark harness, as CI runs it: B2 and B6 with ``--smoke``.
+"""A seconds-scale smoke of the benchmark harness, as CI runs it: B2 and B6 with ``--smoke``, and
+B11 (a causal LM's throughput) at its toy size.
 
 Not a timed test of the pipeline: the numbers are not checked, only that the suite runs end to
 end (child processes, Ray, alternation, JSON, docs table) quickly and writes valid results.
@@ -24,34 +25,29 @@ from benchmarks import harness as h  # noqa: E402
 pytestmark = pytest.mark.integration
 
 
-def test_smoke_b2_b6_writes_valid_json_and_a_table(tmp_path):
-    out, docs = tmp_path / "results", tmp_path / "benchmarks.md"
+def _smoke(only: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
+    """``python -m benchmarks --smoke --only ONLY ARGS`` with no trainflow/MLflow/Prefect/Ray
+    settings of the caller's."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("TRAINFLOW_", "MLFLOW_", "PREFECT_", "RAY_ADDRESS"))
     }
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    started = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks",
-            "--smoke",
-            "--only",
-            "B2,B6",
-            "--out",
-            str(out),
-            "--docs",
-            str(docs),
-        ],
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--only", only, *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
+
+
+def test_smoke_b2_b6_writes_valid_json_and_a_table(tmp_path):
+    out, docs = tmp_path / "results", tmp_path / "benchmarks.md"
+    started = time.monotonic()
+    proc = _smoke("B2,B6", "--out", str(out), "--docs", str(docs), timeout=300)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     # Not a timed test (the machine is noisy): the duration is only reported.
@@ -76,3 +72,25 @@ def test_smoke_b2_b6_writes_valid_json_and_a_table(tmp_path):
     assert h.TABLE_START in table and h.TABLE_END in table
     assert "[smoke]" in table  # smoke results are shown only because --docs was given
     assert f"B2 ({b2['duration_s']:.0f} s)" in proc.stdout
+
+
+def test_smoke_b11_measures_ddp_fsdp_and_the_bare_loop_at_toy_size(tmp_path):
+    import torch
+
+    out = tmp_path / "results"
+    proc = _smoke("B11", "--size", "toy", "--out", str(out), "--no-docs", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    doc = json.loads((out / "B11.json").read_text())
+    assert h.validate_result(doc) == [], doc
+    assert doc["status"] == "ok" and doc["smoke"] is True and doc["params"]["size"] == "toy"
+    figures = {f["key"]: f for f in doc["figures"]}
+    for arm in ("ddp", "fsdp"):
+        assert figures[f"ratio_{arm}"]["value"] > 0, figures
+        assert figures[f"mfu_{arm}"]["value"] > 0, figures
+        (sample,) = doc["samples"][arm]
+        assert sample["world_size"] == 2 and sample["tokens_per_s"] > 0
+    assert figures["tps_bare"]["value"] > 0 and figures["mfu_bare"]["value"] > 0
+    if not torch.cuda.is_available():  # said, not measured
+        assert figures["ratio_deepspeed"]["value"] is None
+        assert figures["ratio_deepspeed"]["note"].startswith("skipped: needs a GPU")
+    assert doc["extra"]["flops_per_token"] > 6 * doc["extra"]["params_counted"]
