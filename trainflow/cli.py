@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from trainflow import champion_commands, notify_commands, stack_commands, startup
+from trainflow import (
+    champion_commands,
+    notify_commands,
+    schedule_commands,
+    stack_commands,
+    startup,
+)
 from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
 from trainflow.progress_view import ProgressView
@@ -331,6 +337,7 @@ app.command()(stack_commands.deploy)
 app.command()(champion_commands.history)
 app.command()(champion_commands.rollback)
 app.command()(notify_commands.notify)
+app.add_typer(schedule_commands.app, name="schedule")
 
 
 def main() -> None:  # pragma: no cover - the `trainflow` command and `python -m trainflow`
