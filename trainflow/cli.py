@@ -12,18 +12,13 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from trainflow import (
-    champion_commands,
-    notify_commands,
-    schedule_commands,
-    stack_commands,
-    startup,
-)
+from trainflow import champion_commands, notify_commands, stack_commands, startup
 from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
 from trainflow.progress_view import ProgressView
 from trainflow.render import summary_lines
 from trainflow.runlog import CommandLog, logged_to_file
+from trainflow.schedule_commands import app as schedule_app
 from training.errors import ConfigError, TrainflowError
 
 if TYPE_CHECKING:
@@ -337,7 +332,7 @@ app.command()(stack_commands.deploy)
 app.command()(champion_commands.history)
 app.command()(champion_commands.rollback)
 app.command()(notify_commands.notify)
-app.add_typer(schedule_commands.app, name="schedule")
+app.add_typer(schedule_app, name="schedule")
 
 
 def main() -> None:  # pragma: no cover - the `trainflow` command and `python -m trainflow`
