@@ -288,7 +288,11 @@ def _second_version(stack: Path, promoted: dict) -> str:
     client = MlflowClient(tracking_uri=state["mlflow_url"], registry_uri=state["mlflow_url"])
     champion = client.get_model_version(MODEL, promoted["version"])
     tags = {k: v for k, v in champion.tags.items() if k.startswith(("test_", "gate."))}
-    other = client.create_model_version(MODEL, champion.source, run_id=champion.run_id, tags=tags)
+    # MLflow 3: a version of a logged model (source models:/m-...) names that model's id.
+    model_id = champion.source.removeprefix("models:/")
+    other = client.create_model_version(
+        MODEL, champion.source, run_id=champion.run_id, tags=tags, model_id=model_id
+    )
     return str(other.version)
 
 
@@ -296,7 +300,8 @@ def test_a_rollback_reaches_the_webhook_like_a_promotion(stack, promoted, notifi
     """Issue 32 item 6: `trainflow rollback` moving the champion is told like a promotion."""
     target = _second_version(stack, promoted)
     why = "rollback drill: the newer version misroutes refunds"
-    proc = run_cli(stack, "rollback", MODEL, "--to", target, "--why", why)
+    # The experiment too: the command reads the registry through the config's tracking store.
+    proc = run_cli(stack, "rollback", MODEL, "--to", target, "--why", why, *OWN)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"to version {target}" in proc.stdout
     message = receiver.wait_for("champion-moved", decision="rollback")
