@@ -99,6 +99,7 @@ def deployed(stack):
     proc = trainflow(stack["home"], "deploy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "pipeline/nightly" in proc.stdout and "pipeline/smoke" in proc.stdout
+    assert "pipeline/score" in proc.stdout
     return proc
 
 
@@ -374,6 +375,11 @@ def test_nightly_has_its_cron_and_next_runs(stack, deployed):
     smoke = _get(f"{api}/deployments/name/pipeline/smoke")
     assert smoke["paused"] is True
     assert smoke["schedules"][0]["schedule"]["interval"] == 6 * 3600
+    # Paused on its cron, as deploying restores it after test_operations ran it every minute.
+    score = _get(f"{api}/deployments/name/pipeline/score")
+    assert score["paused"] is True
+    assert [s["schedule"]["cron"] for s in score["schedules"]] == ["0 6 * * *"]
+    assert score["entrypoint"] == "flows/score.py:score"
 
     proc = trainflow(stack["home"], "status", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr

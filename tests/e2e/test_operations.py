@@ -6,10 +6,11 @@ receiver through the Prefect server's automations (its triggers and actions serv
 flow, the state and the model version in the payload and the secret only in the request's
 Authorization header.
 
-Scheduled scoring: `pipeline/score` is deployed paused on its cron; deployed again on a short
-interval with the table and the model to score, then resumed (`trainflow schedule resume`), the
-server's scheduler makes a run and the worker scores the table with the champion the promoting
-run made, beside the input, with its version; `trainflow schedule pause` drops the runs left.
+Scheduled scoring: `pipeline/score` (deployed paused on its cron by default: test_local_stack)
+is deployed on a short interval with the table and the model to score, then resumed (`trainflow
+schedule resume`): the server's scheduler makes a run and the worker scores the table with the
+champion the promoting run made, beside the input, with its version; `trainflow schedule pause`
+drops the runs left.
 
 Rollback: `trainflow rollback` moving the champion sends the same message as a promotion.
 
@@ -222,15 +223,6 @@ def _first_started(api: str, deployment_id: str, timeout_s: float) -> dict:
             return min(runs, key=lambda run: run["expected_start_time"])
         time.sleep(2)
     raise AssertionError(f"no run of the score deployment started in {timeout_s} s")
-
-
-def test_the_score_deployment_is_deployed_paused_on_its_cron(stack):
-    proc = run_cli(stack, "deploy", "--name", "score")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "pipeline/score" in proc.stdout
-    deployment = _get(f"{_api(stack)}/deployments/name/pipeline/score")
-    assert deployment["paused"] is True
-    assert [s["schedule"]["cron"] for s in deployment["schedules"]] == ["0 6 * * *"]
 
 
 def test_the_score_schedule_fires_and_the_worker_scores_beside_the_input(stack, promoted):
