@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +91,34 @@ def spec(name: str) -> DeploymentSpec:
     raise ConfigError(f"no deployment named {name!r}; the deployments are: {known}")
 
 
-def spec_parameters(item: DeploymentSpec) -> dict[str, Any]:
-    """The deployment's parameters: its YAML file validated against the config schema."""
+def spec_parameters(item: DeploymentSpec, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The deployment's parameters: its YAML file (with ``KEY=VALUE`` overrides) validated
+    against the config schema."""
     from training.config.overrides import load_config
 
-    config = load_config(REPO_ROOT / item.config_file)
+    config = load_config(REPO_ROOT / item.config_file, list(overrides or []))
     return {"config": config.model_dump(mode="json")}
+
+
+def with_schedule(
+    item: DeploymentSpec, cron: str | None = None, interval_s: float | None = None
+) -> DeploymentSpec:
+    """``item`` on the user's cron or interval (seconds) instead of its own; paused as before."""
+    if cron is not None and interval_s is not None:
+        raise ConfigError("give a deployment either --cron or --interval, not both")
+    if cron is not None:
+        from prefect.schedules import Cron
+
+        try:
+            Cron(cron)  # validated here: the server would refuse it less clearly
+        except ValueError as exc:
+            raise ConfigError(f"--cron {cron!r} is not a cron expression: {exc}") from None
+        return replace(item, cron=cron, interval=None)
+    if interval_s is not None:
+        if interval_s <= 0:
+            raise ConfigError(f"--interval must be a positive number of seconds, not {interval_s}")
+        return replace(item, cron=None, interval=datetime.timedelta(seconds=interval_s))
+    return item
 
 
 def _schedule(item: DeploymentSpec):
@@ -128,12 +150,23 @@ def require_api_url() -> str:
     return url
 
 
-def deploy_all(pool: str, names: list[str] | None = None) -> list[dict[str, Any]]:
-    """Create or update the deployments on ``PREFECT_API_URL``; returns name, id and schedule."""
+def deploy_all(
+    pool: str,
+    names: list[str] | None = None,
+    overrides: list[str] | None = None,
+    schedule: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Create or update the deployments on ``PREFECT_API_URL``; returns name, id and schedule.
+
+    ``overrides`` (``KEY=VALUE``) change the config parameter of the ``names`` deployments,
+    ``schedule`` (``cron=`` or ``interval_s=``, with_schedule) their schedule."""
     api_url = require_api_url()
     from prefect import flow
 
-    chosen = [spec(name) for name in names] if names else list(DEPLOYMENTS)
+    if (overrides or schedule) and not names:
+        raise ConfigError("name the deployment (--name) whose config or schedule to change")
+    chosen = [with_schedule(spec(name), **(schedule or {})) for name in names or []]
+    chosen = chosen or list(DEPLOYMENTS)
     flows = {}
     deployed = []
     for item in chosen:
@@ -147,7 +180,7 @@ def deploy_all(pool: str, names: list[str] | None = None) -> list[dict[str, Any]
             work_pool_name=pool,
             schedules=[schedule],
             paused=item.paused,
-            parameters=spec_parameters(item),
+            parameters=spec_parameters(item, overrides),
             description=item.description,
             tags=list(item.tags),
             concurrency_limit=_concurrency(item),
@@ -213,18 +246,39 @@ def trigger(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any
     return {"id": str(flow_run.id), "name": flow_run.name}
 
 
-def deployment_parameters(name: str) -> dict[str, Any]:
-    """The ``config`` parameter stored on deployment ``pipeline/<name>``."""
+def _read_deployment(client, name: str):
     from prefect.exceptions import ObjectNotFound
 
+    try:
+        return client.read_deployment_by_name(f"{FLOW_NAME}/{name}")
+    except ObjectNotFound:
+        raise TrainflowError(
+            f"no deployment {FLOW_NAME}/{name} on the Prefect server; run `trainflow deploy` first"
+        ) from None
+
+
+def deployment_parameters(name: str) -> dict[str, Any]:
+    """The ``config`` parameter stored on deployment ``pipeline/<name>``."""
     from deployments.prefect_api import prefect_client
 
     with prefect_client(require_api_url()) as client:
-        try:
-            deployment = client.read_deployment_by_name(f"{FLOW_NAME}/{name}")
-        except ObjectNotFound:
-            raise TrainflowError(
-                f"no deployment {FLOW_NAME}/{name} on the Prefect server; run `trainflow deploy` "
-                "first"
-            ) from None
+        deployment = _read_deployment(client, name)
     return dict(deployment.parameters.get("config") or {})
+
+
+def set_paused(name: str, paused: bool) -> str:
+    """Pause or resume the schedule of deployment ``pipeline/<name>`` (Prefect's own pause: the
+    server drops a paused deployment's scheduled runs); a resumed one gets its next runs now.
+    Returns the deployment's id."""
+    from deployments.prefect_api import prefect_client
+
+    api_url = require_api_url()
+    with prefect_client(api_url) as client:
+        deployment = _read_deployment(client, name)
+        if paused:
+            client.pause_deployment(deployment.id)
+        else:
+            client.resume_deployment(deployment.id)
+    if not paused:
+        schedule_next_runs(api_url, str(deployment.id))
+    return str(deployment.id)

@@ -2,8 +2,9 @@
 (``CustomWebhookNotificationBlock``; the URL and any secret live in the block, on the Prefect
 server, never in trainflow's config, a flow's parameters or a log) and two automations that send
 through it: one on a pipeline flow run that fails or crashes, one on the
-``trainflow.champion.moved`` event a run emits when it moves the champion
-(flows/champion_events.py). The server's triggers and actions services deliver them.
+``trainflow.champion.moved`` event a run emits when it moves the champion, and
+``trainflow rollback`` when it moves it back (flows/champion_events.py). The server's triggers
+and actions services deliver them.
 
 Each message is a JSON POST ``{"subject": ..., "body": ...}`` whose body is itself JSON: the
 flow, the flow run, its state and, for a champion move, the model, its new and previous version
@@ -40,13 +41,20 @@ FAILED_BODY = (
 CHAMPION_SUBJECT = (
     "trainflow: {{ event.payload.model }} champion is now version {{ event.payload.version }}"
 )
+# A rollback's event comes from `trainflow rollback`, not a flow run: its run fields are null.
+_RUN_OR_NULL = (
+    '"flow": {{ flow.name | default(none) | tojson }}, '
+    '"flow_run": {{ flow_run.name | default(none) | tojson }}, '
+    '"flow_run_id": {% if flow_run.id %}"{{ flow_run.id }}"{% else %}null{% endif %}, '
+    '"state": {{ flow_run.state.name | default(none) | tojson }}'
+)
+CHAMPION_KEYS = ("model", "version", "previous", "decision", "metric", "value", "reason", "by")
 CHAMPION_BODY = (
     '{"event": "champion-moved", '
-    + _RUN
+    + _RUN_OR_NULL
     + ", "
     + ", ".join(
-        f'"{key}": {{{{ event.payload.{key} | tojson }}}}'
-        for key in ("model", "version", "previous", "decision", "metric", "value", "reason")
+        f'"{key}": {{{{ event.payload.{key} | default(none) | tojson }}}}' for key in CHAMPION_KEYS
     )
     + "}"
 )
@@ -122,7 +130,7 @@ def automations(block_id: UUID) -> list:
         ),
         Automation(
             name=CHAMPION_AUTOMATION,
-            description="a pipeline run moved the champion alias: send the webhook",
+            description="a pipeline run or a rollback moved the champion alias: send the webhook",
             trigger=moved,
             actions=[
                 SendNotification(

@@ -27,16 +27,17 @@ def pytest_configure(config):
 # (--no-loadscope-reorder); a long module that starts last runs alone while the other worker
 # idles, which xdist's own reorder (most tests first) does to exactly these few-test modules.
 # A module that shares another's session fixtures (RUNS_WITH) sits beside it: before it where it
-# wants the fixture fresh (a cheap check on the two-node cluster before a test kills a node).
+# wants the fixture fresh (a cheap check on the two-node cluster before a test kills a node, the
+# stack's operations before test_local_stack takes the stack down).
 LONGEST_FIRST = (
+    "tests/e2e/test_operations.py",
+    "tests/e2e/test_local_stack.py",
     "tests/e2e/test_pipeline.py",
     "tests/e2e/test_mlflow_ui.py",
     "tests/multinode/test_custom_model_shipped.py",
     "tests/multinode/test_cluster.py",
     "tests/integration/test_faults.py",
     "tests/e2e/test_flow_kill_resume.py",
-    "tests/e2e/test_local_stack.py",
-    "tests/e2e/test_operations.py",
     "tests/e2e/test_text_pipeline.py",
     "tests/e2e/test_hf_text.py",
     "tests/e2e/test_hf_trainer.py",
@@ -58,6 +59,7 @@ LONGEST_FIRST = (
 # once beside each other).
 RUNS_WITH = {
     "tests/e2e/test_mlflow_ui.py": "tests/e2e/test_pipeline.py",
+    "tests/e2e/test_local_stack.py": "tests/e2e/test_operations.py",
     "tests/multinode/test_custom_model_shipped.py": "tests/multinode/test_cluster.py",
 }
 

@@ -1,8 +1,10 @@
 """``trainflow history MODEL`` and ``trainflow rollback MODEL [--to VERSION]``: the champion
-alias's moves, listed and undone (training/tracking/champion_history.py does the work)."""
+alias's moves, listed and undone (training/tracking/champion_history.py does the work); a
+rollback emits the champion's event (flows/champion_events.py) like a promotion."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -61,8 +63,23 @@ def rollback(
     promotion lock; records who, when and why."""
     from training.tracking.champion_history import rollback as roll_back
 
-    move = roll_back(_client(config_file, overrides), model, to, why)
+    client = _client(config_file, overrides)
+    move = roll_back(client, model, to, why)
     console.print(
         f"{model}: champion moved from version {move['from']} to version {move['to']} "
         f"({json.dumps(move['why'])}, by {move['by']} at {move['when']})"
     )
+    _announce(client, model, move)
+
+
+def _announce(client, model: str, move: dict) -> None:
+    """The same event a promoting run emits, for `trainflow notify`'s automation: with the gate's
+    metric and value stored on the version that is champion again."""
+    from flows.champion_events import champion_rolled_back
+    from training.tracking.gate import METRIC_TAG, VALUE_TAG
+
+    tags = client.get_model_version(model, move["to"]).tags
+    value = tags.get(VALUE_TAG)
+    with contextlib.suppress(TypeError, ValueError):  # else kept as the tag says
+        value = float(value)
+    champion_rolled_back(model, move, tags.get(METRIC_TAG), value)

@@ -18,6 +18,7 @@ from trainflow.output import ReportingGroup, console, errors
 from trainflow.progress_view import ProgressView
 from trainflow.render import summary_lines
 from trainflow.runlog import CommandLog, logged_to_file
+from trainflow.schedule_commands import app as schedule_app
 from training.errors import ConfigError, TrainflowError
 
 if TYPE_CHECKING:
@@ -331,6 +332,7 @@ app.command()(stack_commands.deploy)
 app.command()(champion_commands.history)
 app.command()(champion_commands.rollback)
 app.command()(notify_commands.notify)
+app.add_typer(schedule_app, name="schedule")
 
 
 def main() -> None:  # pragma: no cover - the `trainflow` command and `python -m trainflow`

@@ -187,9 +187,24 @@ def deploy(
     names: list[str] | None = typer.Option(
         None, "--name", "-n", help="Only this deployment (repeatable): nightly, smoke, score."
     ),
+    overrides: list[str] | None = typer.Option(
+        None,
+        "--set",
+        "-s",
+        help="Override one key of the named deployment's config, e.g. --set "
+        "data.source=s3://bucket/new/ (repeatable; deploying without it restores the file's).",
+    ),
+    cron: str | None = typer.Option(
+        None,
+        "--cron",
+        help="The named deployment's schedule as a cron expression (in its timezone).",
+    ),
+    interval: float | None = typer.Option(
+        None, "--interval", help="The named deployment's schedule: every this many seconds."
+    ),
 ) -> None:
     """Create or update the deployments (nightly, smoke, score) on the Prefect server,
-    idempotently."""
+    idempotently. Paused ones stay paused: `trainflow schedule resume NAME`."""
     from deployments import stack, stack_state
     from deployments.deploy import deploy_all
     from trainflow.env import check_prefect_api, prepare_environment
@@ -197,7 +212,9 @@ def deploy(
     prepare_environment()
     check_prefect_api()
     state = stack_state.running_state()
-    deployed = deploy_all(pool or (state.pool if state else stack.DEFAULT_POOL), names)
+    schedule = {"cron": cron, "interval_s": interval} if cron or interval is not None else None
+    pool = pool or (state.pool if state else stack.DEFAULT_POOL)
+    deployed = deploy_all(pool, names, list(overrides or []), schedule)
     table = Table(title="deployments (created or updated)")
     for column in ("deployment", "schedule", "timezone", "state"):
         table.add_column(column)

@@ -1,4 +1,6 @@
-"""The smoke pipeline's runs, made once per test session and shared by the modules that read them.
+"""The smoke pipeline's runs, made once per test session and shared by the modules that read
+them, and the `trainflow up` stack that test_operations.py and test_local_stack.py share
+(shared_stack.py).
 
 test_pipeline.py checks the first run (canary credentials, listeners, console, the embedded
 MLflow store) and the second (preprocessing cached, the next model version); test_mlflow_ui.py
@@ -13,6 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
+import shared_stack
 from cli_runner import run_cli, run_cli_watching_listeners
 from smoke_runs import CANARIES, SMOKE, mlflow_server, ray_sessions
 
@@ -59,3 +62,14 @@ def smoke_second_run(smoke_home, smoke_mlflow_server):
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return json.loads(out.read_text()), proc
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory):
+    """`trainflow up` on free ports with canary credentials in its environment; `trainflow down`
+    at the end of the session unless test_local_stack's last test took it down."""
+    home = tmp_path_factory.mktemp("stack-home")
+    try:
+        yield shared_stack.start(home)
+    finally:
+        shared_stack.stop(home)

@@ -4,6 +4,10 @@ MLflow server's run tree and registry, `nightly`'s schedule, `status`, `up` twic
 
 Piggybacks issue 5 case 9 (unreachable MLflow / S3 against the running stack) and case 13 (every
 process `up` started listens on 127.0.0.1 only).
+
+The stack is the session's (conftest.py: local_stack), shared with test_operations.py, which
+runs first on the same pytest worker; this module uses the smoke config's experiment and model,
+test_operations its own.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import free_port, run_cli, run_log_of
+from shared_stack import CANARIES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -82,43 +87,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-# Canary credentials in the environment of `up` (so of the servers and the worker, and of every
-# flow run the worker starts): none may reach the stack's logs or any file under the home.
-CANARIES = {
-    "AWS_ACCESS_KEY_ID": "AKIASTACKCANARY9Z1",
-    "AWS_SECRET_ACCESS_KEY": "stack-canary-secret-55e0",
-    "MLFLOW_TRACKING_TOKEN": "stack-canary-mlflow-token-2b7c",
-    "PREFECT_API_KEY": "stack-canary-prefect-key-9d03",
-}
-
-
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    """`trainflow up` on free ports; `trainflow down` at the end whatever happened."""
-    home = tmp_path_factory.mktemp("stack-home")
-    ports = {"prefect": free_port(), "mlflow": free_port()}
-    start = time.monotonic()
-    proc = trainflow(
-        home,
-        "up",
-        "--prefect-port",
-        str(ports["prefect"]),
-        "--mlflow-port",
-        str(ports["mlflow"]),
-        "--timeout",
-        "240",
-        **CANARIES,
-    )
-    up_seconds = time.monotonic() - start
-    state_file = home / "stack" / "state.json"
-    try:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        state = json.loads(state_file.read_text())
-        yield {"home": home, "state": state, "ports": ports, "up_seconds": up_seconds}
-    finally:
-        if state_file.exists():
-            trainflow(home, "down", timeout=120)
-    print(f"\ntrainflow up took {up_seconds:.1f} s")
+def stack(local_stack):
+    """The session's `trainflow up` stack (conftest.py, shared with test_operations.py); this
+    module's last test takes it down."""
+    return local_stack
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +99,7 @@ def deployed(stack):
     proc = trainflow(stack["home"], "deploy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "pipeline/nightly" in proc.stdout and "pipeline/smoke" in proc.stdout
+    assert "pipeline/score" in proc.stdout
     return proc
 
 
@@ -401,6 +375,11 @@ def test_nightly_has_its_cron_and_next_runs(stack, deployed):
     smoke = _get(f"{api}/deployments/name/pipeline/smoke")
     assert smoke["paused"] is True
     assert smoke["schedules"][0]["schedule"]["interval"] == 6 * 3600
+    # Paused on its cron, as deploying restores it after test_operations ran it every minute.
+    score = _get(f"{api}/deployments/name/pipeline/score")
+    assert score["paused"] is True
+    assert [s["schedule"]["cron"] for s in score["schedules"]] == ["0 6 * * *"]
+    assert score["entrypoint"] == "flows/score.py:score"
 
     proc = trainflow(stack["home"], "status", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr

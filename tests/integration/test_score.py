@@ -79,3 +79,141 @@ def test_the_champion_scores_a_table_beside_it(manifest, tmp_path):
     assert run.data.metrics["rows"] == 300 and run.data.metrics["seconds"] > 0
     assert run.data.params["output"] == scored.output
     assert run.data.tags["trainflow.model_version"] == version
+
+
+# Credentials of the loopback S3 (moto accepts any): canaries that no log, parameter, tag or
+# artifact of the scoring may hold.
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AKIASCORECANARY7Q2",
+    "AWS_SECRET_ACCESS_KEY": "score-canary-secret-3f9d",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+BUCKET = "trainflow-score"
+# A fresh process (Ray's workers inherit the credentials from the environment Ray starts in;
+# this session's Ray started without them), told the endpoint only through storage.endpoint_url.
+SCORE_SCRIPT = """
+import json, sys
+from training.config.overrides import load_config
+from training.platform import cluster
+from training.stages.score import score
+
+config = load_config(None, json.loads(sys.argv[1]))
+try:
+    print("SCORED " + json.dumps(score(config, sys.argv[2], "s3run").to_dict()))
+finally:
+    cluster.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory):
+    """``moto_server`` on a free loopback port with one bucket; its endpoint."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    import pyarrow.fs as pafs
+
+    from training.platform.cluster import free_port
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.3)
+        pafs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            allow_bucket_creation=True,
+            access_key=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            secret_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        ).create_dir(BUCKET)
+        yield endpoint
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # our own moto_server's group only
+        proc.wait()
+
+
+def test_the_champion_scores_an_s3_table_beside_it_without_leaking_credentials(
+    manifest, tmp_path, s3_endpoint, monkeypatch
+):
+    """Issue 32 item 7 on ``s3://``: read and written through storage.endpoint_url and the
+    environment's credentials, as every other stage reaches S3."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from training.data.builtin import digits
+    from training.stages.score import VERSION_COLUMN
+    from training.storage import filesystem
+    from training.tracking.store import configure
+
+    for key, value in S3_CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    overrides = [
+        f"mlflow.tracking_uri={uri}",
+        f"mlflow.registered_model={NAME}",
+        f"storage.endpoint_url={s3_endpoint}",
+    ]
+    from training.config.overrides import load_config
+
+    config = load_config(None, overrides)
+    version = _register_champion(config, manifest, tmp_path / "state")
+    pixels, _ = digits()
+    table = pd.DataFrame({f"pixel_{i:02d}": pixels[:250, i] for i in range(64)})
+    source = f"s3://{BUCKET}/incoming/new.parquet"
+    fs, path = filesystem(source, s3_endpoint)
+    with fs.open_output_stream(path) as out:
+        table.to_parquet(out)
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", SCORE_SCRIPT, json.dumps(overrides), source],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("SCORED "))
+    scored = json.loads(line.removeprefix("SCORED "))
+
+    assert scored["output"] == f"s3://{BUCKET}/incoming/new.scored-v{version}.parquet"
+    assert scored["rows"] == 250 and scored["version"] == version
+    fs, path = filesystem(scored["output"], s3_endpoint)
+    with fs.open_input_file(path) as handle:
+        out = pq.read_table(handle).to_pandas()
+    assert len(out) == 250 and set(out[VERSION_COLUMN]) == {version}
+    assert "prediction" in out and "pixel_00" in out
+
+    run = configure(config).client.get_run(scored["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.metrics["rows"] == 250
+    assert run.data.params["source"] == source
+    assert run.data.params["output"] == scored["output"]
+    secrets = [S3_CREDENTIALS["AWS_ACCESS_KEY_ID"], S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]]
+    said = proc.stdout + proc.stderr + json.dumps([run.data.params, run.data.tags])
+    assert [s for s in secrets if s in said] == []
+    stored = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert [str(p) for p in stored for s in secrets if s.encode() in p.read_bytes()] == []

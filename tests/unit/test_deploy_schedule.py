@@ -88,3 +88,45 @@ def test_a_server_busy_every_time_gives_up_after_four_tries_without_raising(serv
         deploy.schedule_next_runs(url, "dep-2")
     assert len(paths) == 4 and waits == [2, 4, 8, 16]
     assert "scheduler will within a minute" in caplog.text
+
+
+# ------------------------------------------------- a deployment's schedule and config, chosen
+
+
+def test_a_cron_or_an_interval_replaces_the_deployments_schedule_and_keeps_it_paused():
+    import datetime
+
+    from training.errors import ConfigError
+
+    score = deploy.spec("score")
+    every = deploy.with_schedule(score, interval_s=60)
+    assert every.interval == datetime.timedelta(seconds=60) and every.cron is None
+    assert every.paused and every.timezone == score.timezone
+    assert deploy._schedule(every).interval == datetime.timedelta(seconds=60)
+    daily = deploy.with_schedule(score, cron="30 5 * * 1-5")
+    assert daily.cron == "30 5 * * 1-5" and daily.interval is None
+    assert deploy.with_schedule(score) == score
+    for wrong in ({"cron": "every day"}, {"interval_s": 0}, {"cron": "* * * * *", "interval_s": 9}):
+        with pytest.raises(ConfigError):
+            deploy.with_schedule(score, **wrong)
+
+
+def test_overrides_change_the_deployments_config_parameter_and_are_validated():
+    from training.errors import ConfigError
+
+    score = deploy.spec("score")
+    config = deploy.spec_parameters(score, ["data.source=s3://b/new/", "mlflow.registered_model=m"])
+    assert config["config"]["data"]["source"] == "s3://b/new/"
+    assert config["config"]["mlflow"]["registered_model"] == "m"
+    with pytest.raises(ConfigError):
+        deploy.spec_parameters(score, ["train.lr=-1"])
+
+
+def test_a_schedule_or_overrides_need_the_deployments_name(monkeypatch):
+    from training.errors import ConfigError
+
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    with pytest.raises(ConfigError, match="--name"):
+        deploy.deploy_all("pool", None, ["data.source=x.parquet"])
+    with pytest.raises(ConfigError, match="--name"):
+        deploy.deploy_all("pool", [], None, {"interval_s": 60})

@@ -140,3 +140,52 @@ def test_only_a_move_of_the_champion_emits_the_event(monkeypatch, model, emitted
         assert event["event"] == CHAMPION_MOVED
         assert event["resource"]["prefect.resource.id"] == "trainflow.model.digits"
         assert event["payload"]["version"] == "3" and event["payload"]["previous"] == "2"
+
+
+def test_a_rollback_message_has_no_flow_run_and_says_who_rolled_back():
+    """`trainflow rollback` emits the event outside any flow run: Prefect's template context
+    then has no flow or flow run object, and the body must still be JSON."""
+    payload = {
+        "model": "digits",
+        "version": "2",
+        "previous": "3",
+        "decision": "rollback",
+        "metric": "test_accuracy",
+        "value": 0.95,
+        "reason": "version 3 misroutes refunds",
+        "by": "alice",
+    }
+    body = json.loads(
+        _render(notifications.CHAMPION_BODY, event=SimpleNamespace(payload=payload), flow=None)
+    )
+    assert body["event"] == "champion-moved"
+    assert body["flow"] is None and body["flow_run"] is None
+    assert body["flow_run_id"] is None and body["state"] is None
+    assert {k: body[k] for k in payload} == payload
+    subject = _render(notifications.CHAMPION_SUBJECT, event=SimpleNamespace(payload=payload))
+    assert subject == "trainflow: digits champion is now version 2"
+
+
+def test_a_rollback_emits_the_event_only_with_a_prefect_server_to_tell(monkeypatch):
+    from prefect.events.worker import EventsWorker
+
+    from flows.champion_events import ROLLBACK, champion_rolled_back
+
+    sent, drained = [], []
+    monkeypatch.setattr("flows.champion_events.emit_event", lambda **event: sent.append(event))
+    monkeypatch.setattr(EventsWorker, "drain_all", lambda **kw: drained.append(kw))
+    move = {"from": "3", "to": "2", "why": "bad refunds", "by": "alice", "when": "t"}
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    assert champion_rolled_back("digits", move, "test_accuracy", 0.95) is None
+    assert sent == [] and drained == []
+
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")
+    payload = champion_rolled_back("digits", move, "test_accuracy", 0.95)
+    (event,) = sent
+    assert event["event"] == CHAMPION_MOVED
+    assert event["resource"]["prefect.resource.id"] == "trainflow.model.digits"
+    assert payload == event["payload"]
+    assert payload["decision"] == ROLLBACK and payload["version"] == "2"
+    assert payload["previous"] == "3" and payload["by"] == "alice"
+    assert payload["reason"] == "bad refunds" and payload["value"] == 0.95
+    assert len(drained) == 1  # flushed before the command exits

@@ -17,15 +17,17 @@ def predict_files(
     fmt: str = "parquet",
     use_gpu: bool = False,
     constants: dict[str, str] | None = None,
+    endpoint_url: str | None = None,
 ) -> int:
     """Score raw rows with a packed MLflow model (on a GPU with ``use_gpu``); write inputs +
-    outputs (+ a column per ``constants`` entry, e.g. the model version), whole or nothing."""
+    outputs (+ a column per ``constants`` entry, e.g. the model version), whole or nothing.
+    ``endpoint_url``: the S3 endpoint of ``s3://`` files (storage.endpoint_url)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from training.data.read import read_raw
 
-    scored = read_raw(files, fmt).map_batches(
+    scored = read_raw(files, fmt, endpoint_url).map_batches(
         PyfuncPredictor,
         fn_constructor_kwargs={"files": files_of_model, "device": device_of(use_gpu)},
         batch_size=BATCH_ROWS,
