@@ -56,9 +56,10 @@ def stage_table(directory: Path, rows: int, seed: int = 0) -> str:
 def timed_train_worker(settings: dict[str, Any]) -> dict[str, Any]:
     """``train_worker`` with a stopwatch: the loop's seconds beside its history."""
     from training.loop.loop import train_worker
+    from training.loop.records import unpack
 
     started = time.perf_counter()
-    history = train_worker(settings)
+    history, _, _ = unpack(train_worker(settings))
     return {"history": history, "loop_s": time.perf_counter() - started}
 
 
