@@ -22,9 +22,9 @@ def _client(config_file: Path | None, overrides: list[str] | None):
 
     config = load_config(config_file, list(overrides or []))
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
-    from training.tracking.store import configure
+    from training.tracking.store import registry_client
 
-    return configure(config, create=False).client
+    return registry_client(config)
 
 
 def history(

@@ -100,3 +100,19 @@ def test_the_commands_print_the_history_and_exit_2_on_a_refusal(tracker, uri):
     rolled = runner.invoke(app, ["rollback", NAME, "--set", f"mlflow.tracking_uri={uri}"])
     assert rolled.exit_code == 0, rolled.output
     assert f"from version {second} to version {first}" in rolled.output
+
+
+def test_the_commands_need_the_registry_only_not_the_configs_experiment(tracker, uri):
+    """A registry-only command works on a store that lacks the config's experiment (a model
+    trained under another experiment name)."""
+    from trainflow.cli import app
+
+    first, second = _two_champions(tracker)
+    elsewhere = ["--set", f"mlflow.tracking_uri={uri}", "--set", "mlflow.experiment=not-here"]
+    runner = CliRunner()
+    shown = runner.invoke(app, ["history", NAME, *elsewhere])
+    assert shown.exit_code == 0, shown.output
+    assert f"version {first} -> {second}" in shown.output
+    rolled = runner.invoke(app, ["rollback", NAME, *elsewhere])
+    assert rolled.exit_code == 0, rolled.output
+    assert str(tracker.client.get_model_version_by_alias(NAME, "champion").version) == first

@@ -115,6 +115,19 @@ def configure(config: PipelineConfig, create: bool = True) -> Tracker:
     ``create=False`` only reads: a missing store or experiment raises TrainflowError (naming
     what is there) instead of being created.
     """
+    client, uri = _connect(config, create)
+    experiment_id = _experiment_id(client, uri, config, create)
+    return Tracker(client, uri, experiment_id, config)
+
+
+def registry_client(config: PipelineConfig):
+    """A client of an existing store for the model registry only (history, rollback): the
+    config's experiment need not exist there."""
+    return _connect(config, create=False)[0]
+
+
+def _connect(config: PipelineConfig, create: bool):
+    """(MlflowClient, tracking URI) of the configured store; a local one is made or seeded."""
     from mlflow import MlflowClient
 
     apply_http_defaults()
@@ -140,8 +153,7 @@ def configure(config: PipelineConfig, create: bool = True) -> Tracker:
     if fresh and not seeded:
         client.search_experiments(max_results=1)  # MLflow creates its tables on first use
         db_templates.save(db, "mlflow", _mlflow_version())
-    experiment_id = _experiment_id(client, uri, config, create)
-    return Tracker(client, uri, experiment_id, config)
+    return client, uri
 
 
 def _mlflow_version() -> str:
