@@ -35,3 +35,10 @@ def test_a_module_runs_with_its_partner():
     assert fake._split_scope("tests/unit/test_split.py::test_x[a::b]") == (
         "tests/unit/test_split.py"
     )
+
+
+def test_no_two_test_modules_share_a_file_name():
+    """The test directories are not packages: pytest imports each module by its file name, and a
+    second module of the same name fails the whole module with "import file mismatch"."""
+    names = [path.name for path in (REPO_ROOT / "tests").rglob("test_*.py")]
+    assert sorted({name for name in names if names.count(name) > 1}) == []
