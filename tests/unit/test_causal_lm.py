@@ -160,3 +160,18 @@ def test_the_signature_takes_a_prompt_and_the_generation_params():
         "temperature": 0.0,
         "top_p": 1.0,
     }
+
+
+def test_a_small_vocabulary_builds_without_gpt2s_token_ids_and_without_a_warning(monkeypatch):
+    """GPT-2's default bos/eos (50256) past a 2,000-token vocabulary: None before the build,
+    so transformers' config check has nothing to warn about on the user's console."""
+    from transformers import configuration_utils
+
+    from training.model.trainflow_pyfunc.causal_lm import lm_config
+
+    warned = []  # warning_once: recorded here, whatever an earlier test already printed
+    monkeypatch.setattr(configuration_utils.logger, "warning_once", warned.append)
+    built = lm_config({"model_type": "gpt2", "vocab_size": 2000, "n_layer": 1}, pad_id=0)
+    assert (built.bos_token_id, built.eos_token_id, built.pad_token_id) == (None, None, 0)
+    assert [message for message in warned if "_token_id" in message] == []
+    assert lm_config({"model_type": "gpt2", "n_layer": 1}, pad_id=0).eos_token_id == 50256

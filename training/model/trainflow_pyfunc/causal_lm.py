@@ -26,13 +26,26 @@ def lm_config(config: Mapping[str, Any], pad_id: int):
     from .hf import _NOT_ARCHITECTURE
 
     raw = {k: v for k, v in dict(config).items() if k not in _NOT_ARCHITECTURE}
-    built = AutoConfig.for_model(**raw)
+    built = AutoConfig.for_model(**{**raw, **_ids_past_the_vocabulary(raw)})
     built.pad_token_id = int(pad_id)
-    for key in ("bos_token_id", "eos_token_id"):  # e.g. GPT-2's 50256 past a small vocabulary
-        value = getattr(built, key, None)
-        if isinstance(value, int) and value >= built.vocab_size:
-            setattr(built, key, None)
     return built
+
+
+def _ids_past_the_vocabulary(raw: Mapping[str, Any]) -> dict[str, None]:
+    """bos/eos ids (given, or the architecture's defaults, e.g. GPT-2's 50256) that a smaller
+    vocabulary does not have: None, passed to the build (a config built with them warns)."""
+    from transformers import CONFIG_MAPPING
+
+    vocab = raw.get("vocab_size")
+    kind = raw.get("model_type")
+    # (not .get: the lazy mapping's get() answers None for a known kind)
+    defaults = CONFIG_MAPPING[kind] if kind in CONFIG_MAPPING else None  # noqa: SIM401
+    past = {}
+    for key in ("bos_token_id", "eos_token_id"):
+        value = raw.get(key, getattr(defaults, key, None))
+        if isinstance(value, int) and isinstance(vocab, int) and value >= vocab:
+            past[key] = None
+    return past
 
 
 class HFCausalLM(HFClassifier):
