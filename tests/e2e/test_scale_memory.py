@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from cli_runner import TRAINFLOW, cli_env, free_port
+from cli_runner import TRAINFLOW, cli_env
 
 from benchmarks.harness import PeakSampler, kill_tree
 from benchmarks.memory_plot import write_memory_over_time
@@ -64,37 +61,12 @@ CHEAP = {
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """``moto_server`` on a free loopback port with one bucket: (endpoint, environment)."""
-    import pyarrow.fs as pafs
+    from loopback_s3 import moto_server
 
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.3)
+    with moto_server(tmp_path_factory.mktemp("moto"), BUCKET, CREDENTIALS) as endpoint:
+        env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
         os.environ.update(env)  # the test's own writes; isolated_environment restores it
-        pafs.S3FileSystem(
-            endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True
-        ).create_dir(BUCKET)
         yield endpoint, env
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # our own moto_server's group only
-        proc.wait()
 
 
 class MeasuredRun:

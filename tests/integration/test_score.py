@@ -108,49 +108,10 @@ finally:
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory):
     """``moto_server`` on a free loopback port with one bucket; its endpoint."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-    from pathlib import Path
+    from loopback_s3 import moto_server
 
-    import pyarrow.fs as pafs
-
-    from training.platform.cluster import free_port
-
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.3)
-        pafs.S3FileSystem(
-            endpoint_override=f"127.0.0.1:{port}",
-            scheme="http",
-            allow_bucket_creation=True,
-            access_key=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            secret_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        ).create_dir(BUCKET)
+    with moto_server(tmp_path_factory.mktemp("moto"), BUCKET, S3_CREDENTIALS) as endpoint:
         yield endpoint
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # our own moto_server's group only
-        proc.wait()
 
 
 def test_the_champion_scores_an_s3_table_beside_it_without_leaking_credentials(
