@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: setup run test lint format bench clean
 
@@ -10,6 +11,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
+
+# The tests also drive the loop's DeepSpeed path on CPU workers: `make test` adds that extra.
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,deepspeed]'
+	touch $(TEST_STAMP)
 
 setup: $(STAMP)
 
@@ -20,7 +26,7 @@ run: setup
 # suite waits on servers and Ray start-up, so two share the 2 cores well. Modules go out in
 # collection order, which tests/conftest.py sorts longest first; a module that shares another's
 # session fixtures goes with it (tests/conftest.py, RUNS_WITH). Size tests wait for `make bench`.
-test: setup
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: setup

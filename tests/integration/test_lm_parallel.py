@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 import ray.cloudpickle as cloudpickle
 import torch
+from tiny_lm import TINY_GPT2, bbc_manifest, lm_config
 
-from training.config.overrides import load_config
 from training.loop.trainer import train_final
 from training.model.trainflow_pyfunc.model import TrainflowModel
 from training.model.trainflow_pyfunc.tokens import PAD
@@ -27,36 +27,9 @@ pytestmark = pytest.mark.integration
 # The recording worker travels to Ray workers by value (they cannot import the tests).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-TINY_GPT2 = {"model_type": "gpt2", "vocab_size": 300, "n_embd": 32, "n_layer": 2, "n_head": 2}
-TINY_GPT2.update(n_positions=64)
-SETS = [
-    "data.label_column=category",
-    "data.task=causal_lm",
-    "data.max_length=32",
-    "model.kind=hf",
-    f"model.hf={json.dumps({'config': TINY_GPT2, 'tokenizer': 'train'})}",
-    "train.num_workers=2",
-    "train.max_epochs=1",
-    "train.batch_size=16",
-    "train.lr=0.01",
-]
-
-
-def _config(source: str, *sets: str):
-    return load_config(None, [f"data.source={source}", *SETS, *sets])
-
-
 @pytest.fixture(scope="module")
 def lm_manifest(ray_local, layout, tmp_path_factory):
-    from training.data.builtin import bbc_news_frame
-    from training.data.inputs import fingerprint, resolve_inputs
-    from training.data.preprocess import preprocess
-
-    source = tmp_path_factory.mktemp("lm-data") / "bbc.parquet"
-    bbc_news_frame().sample(n=60, random_state=0).reset_index(drop=True).to_parquet(source)
-    config = _config(str(source))
-    files = resolve_inputs(config.data)
-    return preprocess(config, layout, fingerprint(config.data, files), files), str(source)
+    return bbc_manifest(layout, tmp_path_factory.mktemp("lm-data"))
 
 
 def _recording_worker(settings, record: str):
@@ -91,7 +64,7 @@ def _recording_worker(settings, record: str):
 def fsdp_lm(lm_manifest, layout, tmp_path_factory):
     manifest, source = lm_manifest
     record = tmp_path_factory.mktemp("fsdp-units") / "units.json"
-    config = _config(source, "train.strategy=fsdp")
+    config = lm_config(source, "train.strategy=fsdp")
     worker = functools.partial(_recording_worker, record=str(record))
     outcome = train_final(config, manifest, "lm-fsdp", layout, train_fn=worker)
     return outcome, json.loads(record.read_text())

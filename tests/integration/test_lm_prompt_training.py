@@ -62,7 +62,7 @@ def prepared(ray_local, layout, table):
 class _InMemory:
     """The loop's context over two splits held here (one process, no Ray Train)."""
 
-    world_size, rank = 1, 0
+    world_size, rank, strategy = 1, 0, "ddp"
 
     def __init__(self, manifest):
         self.split = {s: load_split_arrays(manifest, s)[:2] for s in ("train", "val")}

@@ -43,6 +43,7 @@ class FakeContext:
 
     world_size = 1
     rank = 0
+    strategy = "ddp"
 
     def __init__(self, state=None, fail_at=None):
         self.state, self.fail_at, self.reports = state, fail_at, []

@@ -64,6 +64,7 @@ class FakeContext:
 
     world_size = 1
     rank = 0
+    strategy = "ddp"
 
     def __init__(self, state=None, fail_after_epoch=None, fail_at=None):
         self.reports = []

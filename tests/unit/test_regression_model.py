@@ -28,6 +28,7 @@ class _Ctx:
 
     world_size = 1
     rank = 0
+    strategy = "ddp"
 
     def __init__(self, train, val, others=None):
         self.train, self.val, self.others = train, val, others

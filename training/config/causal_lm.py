@@ -1,7 +1,7 @@
 """The cross-checks of a language model's config (``data.task: causal_lm``): what the task
-needs (a Hugging Face model; a tokenizer that can have a chat template where one is asked for),
-what it cannot do on CPUs (DeepSpeed), and which keys a sweep may vary (the loop's and the
-Hugging Face model's: a language model has no MLP to resize)."""
+needs (a Hugging Face model; a tokenizer that can have a chat template where one is asked for)
+and which keys a sweep may vary (the loop's and the Hugging Face model's: a language model has
+no MLP to resize)."""
 
 from __future__ import annotations
 
@@ -39,17 +39,3 @@ def check_causal_lm(config: Any, default_space: dict[str, Any]) -> None:
                 "train.* (e.g. train.lr, train.warmup_ratio) or model.hf.* (e.g. "
                 "model.hf.lora.r)"
             )
-
-
-def check_deepspeed(train: Any) -> None:
-    """DeepSpeed runs on GPUs only: on CPUs one error saying so (before any cluster starts)."""
-    if train.strategy == "deepspeed" and not train.use_gpu:
-        raise ValueError(
-            "train.strategy=deepspeed needs GPUs (train.use_gpu: true) and the DeepSpeed extra "
-            "(pip install -e '.[deepspeed]'); on CPUs use train.strategy: ddp or fsdp"
-        )
-    if train.strategy == "deepspeed":  # the loop does not drive DeepSpeed's engine yet
-        raise ValueError(
-            "train.strategy=deepspeed is not supported by trainflow's loop yet; use "
-            "train.strategy: fsdp (sharded parameters) or ddp"
-        )

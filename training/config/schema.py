@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 
 from training.config.capacity import check_fits_local_instance
-from training.config.causal_lm import check_causal_lm, check_deepspeed
+from training.config.causal_lm import check_causal_lm
 from training.config.dotted import describe_errors, flatten, set_dotted
 from training.config.schema_base import BUILTIN_DIGITS, DIGITS_IMAGE_SHAPE, Section
 from training.config.schema_data import DataConfig
@@ -39,7 +39,6 @@ class PipelineConfig(Section):
                 raise ValueError(
                     f"model.kind={self.model.kind} needs data.image_shape, e.g. [1, 28, 28]"
                 )
-        check_deepspeed(self.train)
         check_causal_lm(self, default_search_space())
         if self.train.engine == "hf_trainer" and self.model.kind != "hf":
             raise ValueError(

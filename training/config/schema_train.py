@@ -57,6 +57,14 @@ class ProfileSettings(Section):
     )
 
 
+class DeepSpeedSettings(Section):
+    """``train.deepspeed``: DeepSpeed's engine (``train.strategy: deepspeed``)."""
+
+    stage: Literal[2, 3] = Field(
+        3, description="ZeRO stage: 2 partitions gradients and optimizer state, 3 parameters too"
+    )
+
+
 class TrainConfig(Section):
     """Final distributed training (Ray Train TorchTrainer) and the loop's hyperparameters."""
 
@@ -69,8 +77,9 @@ class TrainConfig(Section):
     )
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     strategy: Literal["ddp", "fsdp", "deepspeed"] = Field(
-        "ddp", description="ddp | fsdp (sharded params) | deepspeed (GPU only)"
+        "ddp", description="ddp | fsdp (sharded params) | deepspeed (ZeRO; GPUs, the extra)"
     )
+    deepspeed: DeepSpeedSettings = Field(default_factory=DeepSpeedSettings)
     backend: Literal["auto", "gloo", "nccl"] = Field(
         "auto", description="torch.distributed backend; auto: nccl with GPUs, else gloo"
     )
@@ -159,7 +168,8 @@ class TrainConfig(Section):
         if self.engine == "hf_trainer":
             if self.strategy != "ddp":
                 raise ValueError(
-                    "train.engine=hf_trainer trains with DDP: train.strategy=fsdp is the loop's"
+                    f"train.engine=hf_trainer trains with DDP: train.strategy={self.strategy} is "
+                    "the loop's"
                 )
             if self.checkpoint.every_n_batches:
                 raise ValueError(
@@ -178,6 +188,11 @@ class TrainConfig(Section):
                 )
         elif self.hf_args:
             raise ValueError("train.hf_args goes with train.engine=hf_trainer")
+        if self.strategy == "deepspeed" and self.compile:
+            raise ValueError(
+                "train.compile compiles the loop's DDP/FSDP steps; with train.strategy=deepspeed "
+                "set train.compile: false"
+            )
         return self
 
     @property

@@ -26,6 +26,7 @@ class LoopContext(Protocol):
 
     world_size: int
     rank: int
+    strategy: str  # train.strategy where the workers are Ray Train's; "ddp" in a Tune trial
 
     def train_batches(self, epoch: int, batch_size: int, start: int = 0) -> Iterator[Batch]: ...
     def val_batches(self, batch_size: int) -> Iterator[Batch]: ...
@@ -100,7 +101,7 @@ class TrainContext(_RayReporting):
         import ray.train
 
         self._api = ray.train
-        self._strategy = strategy  # train.strategy: ddp | fsdp
+        self.strategy = strategy  # train.strategy: ddp | fsdp | deepspeed
         self._seed = seed
         self._label_dtype = label_dtype
         self._row_bytes = row_bytes
@@ -234,7 +235,7 @@ class TrainContext(_RayReporting):
     def prepare_model(self, model: nn.Module) -> nn.Module:
         from training.loop.sharding import prepare
 
-        return prepare(model, self._strategy)
+        return prepare(model, self.strategy)
 
     def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
@@ -255,6 +256,7 @@ class TuneContext(_RayReporting):
 
     world_size = 1
     rank = 0
+    strategy = "ddp"  # one process: its model is never wrapped
 
     def __init__(self, train: Batch, val: Batch, seed: int, device: str = "cpu") -> None:
         import ray.tune

@@ -22,6 +22,7 @@ from training.errors import TrainingDivergedError
 from training.loop import sharding
 from training.loop.compiling import CompiledSteps, training_steps
 from training.loop.contexts import LoopContext, TrainContext, epoch_seed
+from training.loop.deepspeed_engine import is_engine
 from training.loop.profiling import StepProfiler, profiler_for
 from training.loop.records import worker_result
 from training.loop.run_state import Start, checkpoint_state, mid_epoch_checkpoint, resume
@@ -134,13 +135,7 @@ def _train(settings: dict[str, Any], ctx: LoopContext) -> _Run:
     run = _build_run(settings, ctx)
     state = ctx.latest_state()
     start = resume(run, state)
-    run.model = ctx.prepare_model(run.model)
-    if sharding.is_sharded(run.model):  # FSDP swapped in flat shards: step those instead
-        scheduler_state = run.scheduler.state_dict()
-        run.optimizer, run.scheduler = optimizer_and_schedule(
-            run.model, run.config.train, run.max_epochs, run.total_steps
-        )
-        run.scheduler.load_state_dict(scheduler_state)
+    _distribute(run, ctx)
     if state is not None:
         # Now that the parameters sit on their device (a GPU with use_gpu), torch puts the
         # optimizer's moments beside them; loaded before, they stayed on the CPU.
@@ -158,6 +153,25 @@ def _train(settings: dict[str, Any], ctx: LoopContext) -> _Run:
         run.history.append(metrics)
         ctx.report(metrics, checkpoint_state(run, epoch + 1, metrics=metrics))
     return run
+
+
+def _distribute(run: _Run, ctx: LoopContext) -> None:
+    """The model wrapped for the worker's ``train.strategy``; DeepSpeed's engine takes over the
+    optimizer too, and FSDP's flat shards get an optimizer of their own."""
+    if ctx.strategy == "deepspeed":
+        from training.loop import deepspeed_engine
+
+        run.model, run.optimizer = deepspeed_engine.initialize(
+            run.model, run.optimizer, run.config.train, run.micro_rows, ctx.world_size
+        )
+        return
+    run.model = ctx.prepare_model(run.model)
+    if sharding.is_sharded(run.model):
+        scheduler_state = run.scheduler.state_dict()
+        run.optimizer, run.scheduler = optimizer_and_schedule(
+            run.model, run.config.train, run.max_epochs, run.total_steps
+        )
+        run.scheduler.load_state_dict(scheduler_state)
 
 
 def _build_run(settings: dict[str, Any], ctx: LoopContext) -> _Run:
@@ -305,13 +319,16 @@ def accumulate_gradients(
     """
     rows, loss_total = len(labels), 0.0
     units = rows if units is None else max(int(units), 1)
+    # DeepSpeed's engine reduces in its own backward (and its step ends the accumulation).
+    engine = is_engine(model)
+    backward = model.backward if engine else torch.Tensor.backward
     for start in range(0, rows, micro):
         last = start + micro >= rows
-        no_sync = getattr(model, "no_sync", None)
+        no_sync = None if engine else getattr(model, "no_sync", None)
         with contextlib.nullcontext() if last or no_sync is None else no_sync():
             with torch.autocast(features.device.type, dtype=torch.bfloat16, enabled=bf16):
                 logits = model(features[start : start + micro])
             loss = loss_fn(logits.float(), labels[start : start + micro])
-            (loss / units).backward()
+            backward(loss / units)
         loss_total += loss.item()
     return loss_total

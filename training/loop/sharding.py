@@ -7,6 +7,8 @@ without CUDA ("FSDP is only available with GPU-enabled training"), while torch's
 CPUs over gloo, so there we move the model with ``prepare_model(parallel_strategy=None)`` and
 wrap it in the same class ourselves.
 
+``deepspeed``: DeepSpeed's engine, ZeRO stage 2 or 3 (``training.loop.deepspeed_engine``).
+
 Checkpoints always hold the FULL, unsharded state (``torch.distributed.checkpoint.state_dict``
 with ``full_state_dict``): the same keys and shapes as a DDP run, so evaluation, the registered
 model and a resume read them alike. Gathering is a collective: every rank calls these.
@@ -18,6 +20,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from training.loop import deepspeed_engine
 
 
 def prepare(model: nn.Module, strategy: str) -> nn.Module:
@@ -82,7 +86,9 @@ def _full_options(model: nn.Module):
 
 def model_state(model: nn.Module, rank: int) -> dict[str, Any] | None:
     """The full state dict (rank 0; None on other ranks): DDP's ``module.`` unwrapped, FSDP's
-    shards gathered."""
+    shards gathered, DeepSpeed's ZeRO partitions consolidated."""
+    if deepspeed_engine.is_engine(model):
+        return deepspeed_engine.model_state(model, rank)
     if is_sharded(model):
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -95,6 +101,8 @@ def model_state(model: nn.Module, rank: int) -> dict[str, Any] | None:
 
 def optimizer_state(model: nn.Module, optimizer, rank: int) -> dict[str, Any] | None:
     """The optimizer's full state (rank 0; None on other ranks)."""
+    if deepspeed_engine.is_engine(model):
+        return deepspeed_engine.optimizer_state(optimizer, rank)
     if is_sharded(model):
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
@@ -104,7 +112,11 @@ def optimizer_state(model: nn.Module, optimizer, rank: int) -> dict[str, Any] | 
 
 
 def load_optimizer_state(model: nn.Module, optimizer, state: dict[str, Any]) -> None:
-    """Load a checkpoint's optimizer state; under FSDP each rank keeps its shard of it."""
+    """Load a checkpoint's optimizer state; under FSDP and DeepSpeed each rank keeps its shard
+    of it."""
+    if deepspeed_engine.is_engine(model):
+        deepspeed_engine.load_optimizer_state(optimizer, state)
+        return
     if is_sharded(model):
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,

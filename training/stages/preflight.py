@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from training.config import PipelineConfig
+from training.errors import ConfigError
 from training.manifest import Manifest
 from training.model.factory import ModelSpec, check_factory
 from training.storage import filesystem
@@ -44,9 +45,32 @@ def check_hf(config: PipelineConfig) -> None:
     hf_resolve.check_fits(architecture, vocab, config.data.max_length)
 
 
+def check_strategy(config: PipelineConfig) -> None:
+    """``train.strategy: deepspeed`` trains on GPUs, with the DeepSpeed extra installed.
+
+    Here, not in the config's schema: the workers validate the same config, and the test
+    suite drives the loop's DeepSpeed path on CPU workers (DeepSpeed's CPU accelerator) where
+    no GPU is; a user's run on CPUs is better served by FSDP."""
+    import importlib.util
+
+    if config.train.strategy != "deepspeed":
+        return
+    if not config.train.use_gpu:
+        raise ConfigError(
+            "train.strategy=deepspeed needs GPUs (train.use_gpu: true) and the DeepSpeed extra "
+            "(pip install -e '.[deepspeed]'); on CPUs use train.strategy: ddp or fsdp"
+        )
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError(
+            "train.strategy=deepspeed needs the DeepSpeed package: pip install -e "
+            "'.[deepspeed]' where the workers run (or use train.strategy: fsdp)"
+        )
+
+
 def check_model_now(config: PipelineConfig) -> None:
     """The same check from the config alone, for the CLI before Prefect, MLflow or Ray start
     (seconds, not the half minute their start-up takes); the flow checks again."""
+    check_strategy(config)
     if config.model.kind == "hf":
         check_hf(config)
         return
@@ -62,7 +86,9 @@ def check_model_now(config: PipelineConfig) -> None:
 
 def check_model(config: PipelineConfig, files: list[str], fingerprint: str) -> None:
     """ConfigError naming ``model.factory`` unless the factory builds a fitting network (a
-    Hugging Face model: unless it and its tokenizer load and fit)."""
+    Hugging Face model: unless it and its tokenizer load and fit), or naming the strategy
+    where the workers cannot run it."""
+    check_strategy(config)
     if config.model.kind == "hf":
         check_hf(config)
         return
