@@ -75,7 +75,6 @@ def test_smoke_b2_b6_writes_valid_json_and_a_table(tmp_path):
 
 
 def test_smoke_b11_measures_ddp_fsdp_and_the_bare_loop_at_toy_size(tmp_path):
-    import torch
 
     out = tmp_path / "results"
     proc = _smoke("B11", "--size", "toy", "--out", str(out), "--no-docs", timeout=600)
@@ -84,13 +83,12 @@ def test_smoke_b11_measures_ddp_fsdp_and_the_bare_loop_at_toy_size(tmp_path):
     assert h.validate_result(doc) == [], doc
     assert doc["status"] == "ok" and doc["smoke"] is True and doc["params"]["size"] == "toy"
     figures = {f["key"]: f for f in doc["figures"]}
-    for arm in ("ddp", "fsdp"):
+    # make test installs the [deepspeed] extra: ZeRO-3 runs on the CPU workers too
+    for arm in ("ddp", "fsdp", "deepspeed"):
         assert figures[f"ratio_{arm}"]["value"] > 0, figures
         assert figures[f"mfu_{arm}"]["value"] > 0, figures
         (sample,) = doc["samples"][arm]
         assert sample["world_size"] == 2 and sample["tokens_per_s"] > 0
+    assert doc["extra"]["deepspeed"] == "ran"
     assert figures["tps_bare"]["value"] > 0 and figures["mfu_bare"]["value"] > 0
-    if not torch.cuda.is_available():  # said, not measured
-        assert figures["ratio_deepspeed"]["value"] is None
-        assert figures["ratio_deepspeed"]["note"].startswith("skipped: needs a GPU")
     assert doc["extra"]["flops_per_token"] > 6 * doc["extra"]["params_counted"]

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 # The recording worker travels to Ray workers by value (they cannot import the tests).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+
 @pytest.fixture(scope="module")
 def lm_manifest(ray_local, layout, tmp_path_factory):
     return bbc_manifest(layout, tmp_path_factory.mktemp("lm-data"))

@@ -105,7 +105,7 @@ def test_the_task_ranks_by_val_loss_and_gates_on_test_perplexity():
     ("overrides", "message"),
     [
         ({"train": {"grad_accum_steps": 0}}, "train.grad_accum_steps"),
-        ({"train": {"strategy": "deepspeed"}}, "pip install -e '.[deepspeed]'"),
+        ({"train": {"strategy": "deepspeed", "compile": True}}, "train.compile: false"),
         (
             {"sweep": {"search_space": {"model.dropout": {"uniform": [0.0, 0.2]}}}},
             "'model.dropout' is not a key of data.task=causal_lm",
@@ -117,6 +117,24 @@ def test_bad_causal_lm_configs_are_one_clear_error(overrides, message):
     with pytest.raises(ConfigError, match=None) as error:
         validate_config(_lm(**overrides))
     assert message in str(error.value)
+
+
+def test_deepspeed_is_refused_before_anything_starts_on_cpus_or_without_its_extra(monkeypatch):
+    import importlib.util
+
+    from training.stages.preflight import check_strategy
+
+    on_cpus = validate_config(_lm(train={"strategy": "deepspeed"}))  # the workers' check passes
+    with pytest.raises(ConfigError, match=r"needs GPUs \(train.use_gpu: true\)") as error:
+        check_strategy(on_cpus)
+    assert "pip install -e '.[deepspeed]'" in str(error.value)
+    gpus = on_cpus.with_overrides({"train.use_gpu": True, "train.resources_per_worker": {}})
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match=r"needs the DeepSpeed package: pip install"):
+        check_strategy(gpus)
+    monkeypatch.undo()
+    check_strategy(gpus)  # installed (make test has the extra), GPUs asked for: no error
+    check_strategy(validate_config(_lm()))  # ddp: nothing to check
 
 
 def test_max_length_beyond_the_models_positions_is_refused_before_anything_starts():
