@@ -83,12 +83,14 @@ def test_smoke_b11_measures_ddp_fsdp_and_the_bare_loop_at_toy_size(tmp_path):
     assert h.validate_result(doc) == [], doc
     assert doc["status"] == "ok" and doc["smoke"] is True and doc["params"]["size"] == "toy"
     figures = {f["key"]: f for f in doc["figures"]}
-    # make test installs the [deepspeed] extra: ZeRO-3 runs on the CPU workers too
-    for arm in ("ddp", "fsdp", "deepspeed"):
+    for arm in ("ddp", "fsdp"):
         assert figures[f"ratio_{arm}"]["value"] > 0, figures
         assert figures[f"mfu_{arm}"]["value"] > 0, figures
         (sample,) = doc["samples"][arm]
         assert sample["world_size"] == 2 and sample["tokens_per_s"] > 0
-    assert doc["extra"]["deepspeed"] == "ran"
+    # said, not measured: the smoke leaves ZeRO-3 to tests/integration/test_deepspeed.py
+    assert figures["ratio_deepspeed"]["value"] is None
+    assert figures["ratio_deepspeed"]["note"] == doc["extra"]["deepspeed"]
+    assert doc["extra"]["deepspeed"].startswith("skipped in the smoke")
     assert figures["tps_bare"]["value"] > 0 and figures["mfu_bare"]["value"] > 0
     assert doc["extra"]["flops_per_token"] > 6 * doc["extra"]["params_counted"]

@@ -70,6 +70,7 @@ def test_the_size_is_chosen_by_the_device_or_the_environment(monkeypatch):
 def test_deepspeed_runs_where_its_extra_is_installed_and_says_so_where_not(monkeypatch):
     monkeypatch.setattr(b11.importlib.util, "find_spec", lambda name: object())
     assert b11.deepspeed_status() is None
+    assert b11.deepspeed_status(smoke=True) == b11.DEEPSPEED_SMOKE
     monkeypatch.setattr(b11.importlib.util, "find_spec", lambda name: None)
     assert b11.deepspeed_status() == b11.DEEPSPEED_SKIPPED
 
