@@ -1,5 +1,6 @@
 #!/bin/bash
-# The GPU checks of issue 18 in one go, for a lent GPU machine: the `gpu` tests, then the default
+# The GPU checks of issues 18 and 34 in one go, for a lent GPU machine: the `gpu` tests (with the
+# deepspeed extra installed: a language model under ZeRO-3), then the default
 # pipeline with use_gpu + bf16 beside the same run on the CPUs (benchmarks/gpu_pipeline.py), then
 # B11 at its gpu size (a ~124M GPT-2 in bf16: tokens/s and MFU of DDP, FSDP and, with the
 # deepspeed extra installed, DeepSpeed ZeRO-3 beside a bare loop; B11_S=0 skips it).
@@ -21,7 +22,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/nvid
 'cuda', torch.cuda.is_available(), 'ray', ray.__version__, 'prefect', prefect.__version__, \
 'mlflow', mlflow.__version__, 'pyarrow', pyarrow.__version__)" | tee "$OUT/versions.txt"
 stamp "gpu tests"
-TRAINFLOW_GPU_RESULT="$OUT/gpu-tests.json" timeout "${TESTS_S:-300}" \
+TRAINFLOW_GPU_RESULT="$OUT/gpu-tests.json" timeout "${TESTS_S:-480}" \
   "$PY" -m pytest -p no:cacheprovider -m gpu tests/gpu -s -v --timeout 300 >"$OUT/pytest-gpu.log" 2>&1
 echo "pytest rc=$?"
 tail -5 "$OUT/pytest-gpu.log"
