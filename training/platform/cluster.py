@@ -8,7 +8,7 @@ import threading
 
 from training.config import RayConfig
 from training.errors import ConfigError, ServiceUnreachableError
-from training.platform import signals
+from training.platform import heap, signals
 from training.platform._internal.early_start import EarlyStart
 from training.platform._internal.env_defaults import (
     RAY_ENV_DEFAULTS,
@@ -100,6 +100,9 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
     import ray
 
     _adopt_early_start()
+    # The driver reads every summary of the data and the sweep's sample: what it frees of
+    # them goes back to the OS rather than staying in its heap for the rest of the run.
+    heap.keep_releasing()
     for key, value in RAY_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     if _stopping is not None:  # a stop begun by `shutdown_soon` ends before anything new
