@@ -119,6 +119,16 @@ def test_read_split_streams_blocks_of_at_most_the_split_block_size(digits, monke
     assert ds.context.target_max_block_size == 64 * 1024
     blocks = ds.materialize().num_blocks()
     assert blocks >= manifest.rows["train"] * manifest.spec.row_bytes // (64 * 1024), blocks
+    # A split put in the object store is cut alike, its rows as read_split reads them.
+    from training.data.read import split_in_object_store
+
+    stored = split_in_object_store(manifest, "train")
+    assert stored.num_blocks() >= blocks // 2, stored.num_blocks()
+    assert _sample_ids(stored) == _sample_ids(ds)
+
+
+def _sample_ids(ds) -> list[int]:
+    return [row["sample_id"] for row in ds.select_columns(["sample_id"]).iter_rows()]
 
 
 def test_split_does_not_depend_on_file_layout(digits, tmp_path):
