@@ -66,19 +66,3 @@ def test_keep_releasing_starts_one_thread_per_process():
     names = [t.name for t in threading.enumerate()]
     expected = 0 if heap.free_heap_bytes() is None else 1
     assert names.count("trainflow-heap-release") == expected
-
-
-def test_arrow_allocates_from_the_heap_unless_the_environment_names_a_pool(monkeypatch):
-    import pyarrow as pa
-
-    before = pa.default_memory_pool()
-    try:
-        monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "mimalloc")
-        pa.set_memory_pool(pa.mimalloc_memory_pool())
-        heap.arrow_from_the_heap()
-        assert pa.default_memory_pool().backend_name == "mimalloc"
-        monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL")
-        heap.arrow_from_the_heap()
-        assert pa.default_memory_pool().backend_name == "system"
-    finally:
-        pa.set_memory_pool(before)

@@ -193,7 +193,19 @@ def split_in_object_store(
     dataset = pq.ParquetDataset(files, filesystem=fs, partitioning=None)
     table = dataset.read(columns=[FEATURES, LABEL, SAMPLE_ID])
     _check_rows(table.num_rows, manifest.rows[split], manifest.split_uris[split], manifest)
-    return ray.data.from_arrow(_blocks(table, SPLIT_BLOCK_BYTES))
+    stored = ray.data.from_arrow(_blocks(table, SPLIT_BLOCK_BYTES))
+    del table
+    _release_arrow_memory()
+    return stored
+
+
+def _release_arrow_memory() -> None:
+    """Arrow's pool gives back what this thread freed. The driver keeps Arrow's own pool
+    (mimalloc), which holds freed memory per thread: a split read and put in the object store
+    (90 MB) left 250 MB resident in the reading thread's heap, 105 MB once released."""
+    import pyarrow
+
+    pyarrow.default_memory_pool().release_unused()
 
 
 def _blocks(table, most_bytes: int) -> list:
@@ -252,7 +264,10 @@ def load_split_arrays(
     if keep is None:
         _check_rows(len(ids), expected, uri, manifest)
     order = np.argsort(ids, kind="stable")[:sample_rows]  # ties at the cut: the first ids
-    return features[order], labels[order], ids[order]
+    arrays = features[order], labels[order], ids[order]
+    del parts, batches
+    _release_arrow_memory()  # the batches read (a sample's: the whole split's ids too)
+    return arrays
 
 
 def _matrix(column, width: int) -> np.ndarray:

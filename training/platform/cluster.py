@@ -100,10 +100,8 @@ def connect(ray_config: RayConfig, py_modules: list[str] | None = None) -> dict[
     import ray
 
     _adopt_early_start()
-    # The driver reads every summary of the data, the sweep's sample and the splits it puts in
-    # the object store: what it frees of them goes back to the OS rather than staying in its
-    # heap (or Arrow's own allocator) for the rest of the run.
-    heap.arrow_from_the_heap()
+    # The driver reads every summary of the data and the sweep's sample: what it frees of
+    # them goes back to the OS rather than staying in its heap for the rest of the run.
     heap.keep_releasing()
     for key, value in RAY_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)

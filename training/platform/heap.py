@@ -105,19 +105,6 @@ def _run(stop: threading.Event) -> None:
         releaser.look(free)
 
 
-def arrow_from_the_heap() -> None:
-    """Arrow's buffers in this process from the C library's allocator (what the local Ray
-    instance's processes use: ``env_defaults``), unless ``ARROW_DEFAULT_MEMORY_POOL`` says
-    otherwise. The driver's mimalloc kept 176 MiB of the splits it had read and freed resident
-    in a 1 GiB arena for the rest of a 8M-row run; freed to the heap, ``keep_releasing`` gives
-    it back."""
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        return
-    import pyarrow
-
-    pyarrow.set_memory_pool(pyarrow.system_memory_pool())
-
-
 def keep_releasing() -> None:
     """Start this process's releasing thread, once (cheap to call again: every batch may)."""
     global _started_in
