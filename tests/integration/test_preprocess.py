@@ -104,6 +104,33 @@ def test_read_split_feeds_torch_float32_vectors(digits):
     assert ds.count() == manifest.rows["val"]
 
 
+def test_read_split_streams_blocks_of_at_most_the_split_block_size(digits, monkeypatch):
+    # Training workers hold copies of the blocks they stream: a block must not be a whole file.
+    import ray.data
+
+    from training.data import read
+
+    manifest = digits[0]
+    context = ray.data.DataContext.get_current()
+    before = context.target_max_block_size
+    monkeypatch.setattr(read, "SPLIT_BLOCK_BYTES", 64 * 1024)
+    ds = read_split(manifest, "train")
+    assert context.target_max_block_size == before  # this process's context as it was
+    assert ds.context.target_max_block_size == 64 * 1024
+    blocks = ds.materialize().num_blocks()
+    assert blocks >= manifest.rows["train"] * manifest.spec.row_bytes // (64 * 1024), blocks
+    # A split put in the object store is cut alike, its rows as read_split reads them.
+    from training.data.read import split_in_object_store
+
+    stored = split_in_object_store(manifest, "train")
+    assert stored.num_blocks() >= blocks // 2, stored.num_blocks()
+    assert _sample_ids(stored) == _sample_ids(ds)
+
+
+def _sample_ids(ds) -> list[int]:
+    return [row["sample_id"] for row in ds.select_columns(["sample_id"]).iter_rows()]
+
+
 def test_split_does_not_depend_on_file_layout(digits, tmp_path):
     # The same rows shuffled over two files land in the same splits with the same ids.
     manifest = digits[0]

@@ -8,6 +8,7 @@ regression's float32 label normalised by the train split's mean and std) and
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pickle
@@ -30,6 +31,7 @@ from training.data.validate import feature_spec, validate
 from training.errors import DataValidationError, StorageError
 from training.manifest import SPLITS, FeatureSpec, Manifest
 from training.model.trainflow_pyfunc.prompts import described
+from training.platform import heap
 from training.storage import (
     StorageLayout,
     delete_dir,
@@ -49,6 +51,11 @@ log = logging.getLogger(__name__)
 MANIFEST_FILE = "manifest.json"
 # Rows per map_batches call: bounds worker memory for wide images.
 BATCH_ROWS = 4096
+# Rows per batch of a table's summary pass. Each batch's summary carries a sample of up to
+# ``fitting.SAMPLE_VALUES`` values per numeric column for the medians (all of a small batch's),
+# and every summary passes through the object store to this process: 4,096-row batches of the
+# 10M-row ``mixed`` table sent 44 bytes per row (440 MB), 65,536-row ones 10.
+SUMMARY_BATCH_ROWS = 65_536
 # Seconds between "rows read" events of a long read.
 PROGRESS_EVERY_S = 2.0
 # Inputs smaller than this (bytes on disk) are read here once into the object store and both
@@ -95,7 +102,9 @@ def preprocess(
         ds = read_input(files, plan, in_endpoint)
 
     stats = Stats()
-    summaries = _per_batch(ds, summarise, {"plan": plan, "split": data.split})
+    summaries = _per_batch(
+        ds, summarise, {"plan": plan, "split": data.split}, batch_size=_summary_batch_rows(plan)
+    )
     every = progress.Every(PROGRESS_EVERY_S)
     with naming_bad_files(files, plan, in_endpoint):
         for row in summaries.iter_rows():
@@ -204,11 +213,32 @@ def _manifest(
     )
 
 
-def _per_batch(ds: ray.data.Dataset, fn, kwargs: dict, **options) -> ray.data.Dataset:
-    """``fn(batch, **kwargs)`` over pandas batches of ``BATCH_ROWS`` rows (lazy)."""
+def _summary_batch_rows(plan) -> int:
+    """Rows per batch of the summary pass: large for a table, ``BATCH_ROWS`` for images."""
+    return BATCH_ROWS if plan.image else SUMMARY_BATCH_ROWS
+
+
+def _per_batch(
+    ds: ray.data.Dataset, fn, kwargs: dict, batch_size: int = BATCH_ROWS, **options
+) -> ray.data.Dataset:
+    """``fn(batch, **kwargs)`` over pandas batches of ``batch_size`` rows (lazy), on workers
+    that give the heap they free back to the OS (``heap.keep_releasing``)."""
     return ds.map_batches(
-        fn, batch_format="pandas", batch_size=BATCH_ROWS, fn_kwargs=kwargs, **options
+        _releasing(fn), batch_format="pandas", batch_size=batch_size, fn_kwargs=kwargs, **options
     )
+
+
+def _releasing(fn):
+    """``fn`` (its name kept: Ray Data names the operator after it), run in a process whose
+    freed heap goes back to the OS: a worker kept ~500 MiB of it after a few large blocks, idle
+    until the run ends (``training.platform.heap``)."""
+
+    @functools.wraps(fn)
+    def releasing(batch, **kwargs):
+        heap.keep_releasing()
+        return fn(batch, **kwargs)
+
+    return releasing
 
 
 def _write(rows: ray.data.Dataset, data_dir: str, endpoint_url: str | None) -> None:

@@ -100,6 +100,11 @@ class TrainContext(_RayReporting):
         batches go (the worker's GPU with use_gpu; default the CPU)."""
         import ray.train
 
+        from training.platform import heap
+
+        # A streaming worker's Ray Data iterator frees each block it went through; given back,
+        # not kept for the rest of the run (``training.platform.heap``).
+        heap.keep_releasing()
         self._api = ray.train
         self.strategy = strategy  # train.strategy: ddp | fsdp | deepspeed
         self._seed = seed
