@@ -43,6 +43,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_hf_trainer.py",
     "tests/e2e/test_lm.py",
     "tests/e2e/test_image_folder_pipeline.py",
+    "tests/integration/test_deepspeed.py",
     "tests/e2e/test_custom_model_pipeline.py",
     "tests/integration/test_training.py",
     "tests/integration/test_benchmarks_smoke.py",
