@@ -19,10 +19,9 @@ from torch import nn
 
 from training.config import PipelineConfig, validate_config
 from training.errors import TrainingDivergedError
-from training.loop import sharding
+from training.loop import deepspeed_engine, sharding
 from training.loop.compiling import CompiledSteps, training_steps
 from training.loop.contexts import LoopContext, TrainContext, epoch_seed
-from training.loop.deepspeed_engine import is_engine
 from training.loop.profiling import StepProfiler, profiler_for
 from training.loop.records import worker_result
 from training.loop.run_state import Start, checkpoint_state, mid_epoch_checkpoint, resume
@@ -159,8 +158,6 @@ def _distribute(run: _Run, ctx: LoopContext) -> None:
     """The model wrapped for the worker's ``train.strategy``; DeepSpeed's engine takes over the
     optimizer too, and FSDP's flat shards get an optimizer of their own."""
     if ctx.strategy == "deepspeed":
-        from training.loop import deepspeed_engine
-
         run.model, run.optimizer = deepspeed_engine.initialize(
             run.model, run.optimizer, run.config.train, run.micro_rows, ctx.world_size
         )
@@ -320,7 +317,7 @@ def accumulate_gradients(
     rows, loss_total = len(labels), 0.0
     units = rows if units is None else max(int(units), 1)
     # DeepSpeed's engine reduces in its own backward (and its step ends the accumulation).
-    engine = is_engine(model)
+    engine = deepspeed_engine.is_engine(model)
     backward = model.backward if engine else torch.Tensor.backward
     for start in range(0, rows, micro):
         last = start + micro >= rows
