@@ -36,6 +36,18 @@ def training_datasets(
     return datasets
 
 
+def ingest_options():
+    """Ray Data's execution options for the training workers' shards. preserve_order makes the
+    split across workers and each shard's order a function of the data alone (by default Ray
+    Data yields blocks as their tasks finish), so a mid-epoch resume can skip exactly the
+    batches it already trained on."""
+    import ray.train
+
+    options = ray.train.DataConfig.default_ingest_options()
+    options.preserve_order = True
+    return options
+
+
 def in_memory_splits(
     config: PipelineConfig, manifest: Manifest, fewest_workers: int
 ) -> dict[str, Any] | None:
@@ -144,10 +156,7 @@ def build_trainer(
     # (min, max): Train V2's elastic policy starts with what fits and resizes within the bounds.
     workers = workers if isinstance(workers, int) else (int(workers[0]), int(workers[1]))
     max_workers = workers if isinstance(workers, int) else workers[1]
-    # preserve_order makes the split across workers a function of the data alone, so a
-    # mid-epoch resume can skip exactly the batches it already trained on.
-    ingest = ray.train.DataConfig.default_ingest_options()
-    ingest.preserve_order = True
+    ingest = ingest_options()
     settings = loop_config(
         config,
         manifest.spec,
