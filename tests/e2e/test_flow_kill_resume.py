@@ -223,9 +223,13 @@ def sequence(home):
     facts["sigterm_out"] = flow.output()
     facts["sigterm_log"] = flow.run_log()
 
-    # 3. Resume; SIGINT (Ctrl-C) as soon as the training continued from that checkpoint.
+    # 3. Resume; SIGINT (Ctrl-C) as soon as the training continued from that checkpoint: when
+    # Ray Train registers the next one. (Waiting for the worker's "resuming at epoch" line in
+    # the run log instead let the training end first under load: a worker's output reaches
+    # the driver's log seconds late, and a SIGINT after training is another case.)
+    stopped_at = _registered_checkpoint(home)
     flow = FlowProcess(home, *ARGS, "--resume", RUN_ID)
-    flow.wait_until(lambda: "trainflow: resuming at epoch" in flow.run_log())
+    flow.wait_until(lambda: _registered_checkpoint(home) not in (None, stopped_at))
     flow.proc.send_signal(signal.SIGINT)
     facts["sigint"] = _stop_facts(flow, home, flow.wait(timeout=120))
     facts["sigint_log"] = flow.run_log()
