@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import shared_stack
 from cli_runner import run_cli, run_cli_watching_listeners
-from smoke_runs import CANARIES, SMOKE, mlflow_server, ray_sessions
+from mlflow_servers import mlflow_server
+from smoke_runs import CANARIES, SMOKE, ray_sessions
 
 
 @pytest.fixture(scope="session")

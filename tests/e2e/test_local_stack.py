@@ -78,6 +78,15 @@ def _pids_of_tree(pids: list[int]) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> list[str]:
+    import psutil
+
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.NoSuchProcess:
+        return []
+
+
 def _alive(pid: int) -> bool:
     import psutil
 
@@ -133,6 +142,9 @@ def test_up_records_parts_on_the_requested_ports(stack):
     for part in state["parts"].values():
         assert _alive(part["pid"]), part
         assert Path(part["log"]).is_file()
+    # The MLflow server alone, without MLflow's job runner and its consumer processes.
+    commands = [" ".join(_cmdline(pid)) for pid in _pids_of_tree([state["parts"]["mlflow"]["pid"]])]
+    assert not [c for c in commands if "huey" in c or "jobs._job_runner" in c], commands
 
 
 def test_every_process_up_started_listens_on_loopback_only(stack):

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -53,50 +50,14 @@ RACER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """`mlflow server` on a free loopback port (sqlite + local artifacts)."""
+    from mlflow_servers import mlflow_server
+
     home = tmp_path_factory.mktemp("mlflow-server")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (home / "server.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port)]
-        + ["--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}"]
-        + ["--artifacts-destination", str(home / "artifacts"), "--workers", "1"],
-        cwd=home,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("mlflow server did not start:\n" + (home / "server.log").read_text())
-            time.sleep(0.5)
+    with mlflow_server(home, home / "server.log", artifacts=home / "artifacts") as url:
         yield url
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=15)
-        log.close()
 
 
 def _race(uri: str, entrants: list[tuple[str, str, str]], tmp: Path) -> list[dict]:
