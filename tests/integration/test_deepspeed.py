@@ -165,3 +165,15 @@ def test_a_zero3_checkpoint_loads_into_a_plain_causal_lm(runs):
     weights = {k.removeprefix("model."): v for k, v in state["model"].items()}
     plain.load_state_dict(weights)  # strict: every key, full shapes, fp32
     assert all(v.dtype == torch.float32 for v in weights.values())
+
+
+def test_training_never_builds_deepspeeds_inference_all_reduce(monkeypatch):
+    # Its shared-memory kernel is compiled on a machine's first use (~50 s on 2 cores); only
+    # DeepSpeed's inference all-reduce would call it.
+    from deepspeed.comm.torch import build_shm_op
+
+    from training.loop.deepspeed_engine import without_inference_all_reduce
+
+    monkeypatch.setattr(deepspeed.ops, "__compatible_ops__", dict(deepspeed.ops.__compatible_ops__))
+    without_inference_all_reduce(deepspeed)
+    assert build_shm_op() is None

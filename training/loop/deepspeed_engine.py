@@ -52,11 +52,21 @@ def initialize(
     weights."""
     import deepspeed
 
+    without_inference_all_reduce(deepspeed)
     names = _parameter_names(model, optimizer)
     engine, *_ = deepspeed.initialize(
         model=model, optimizer=optimizer, config=engine_config(train, micro_rows, world_size)
     )
     return engine, EngineOptimizer(engine, optimizer, names)
+
+
+def without_inference_all_reduce(deepspeed) -> None:
+    """DeepSpeed's communication backend builds its shared-memory all-reduce kernel on CPUs
+    the first time a machine runs it (JIT: g++ and ninja, ~50 s and ~90 CPU-seconds on 2
+    cores), and only its inference all-reduce uses it: training reduces through the
+    torch.distributed group Ray Train set up. Marked unavailable, it is never built."""
+    compatible = deepspeed.ops.__compatible_ops__
+    deepspeed.ops.__compatible_ops__ = {**compatible, "deepspeed_shm_comm": False}
 
 
 def _parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[list[str]]:
