@@ -35,8 +35,8 @@ lint: setup
 format: setup
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
-# The benchmark suite (issue 7, ~30 min on 2 cores): benchmarks/results/*.json, docs/benchmarks.md;
-# then the `scale` tests (issue 16: 20k against 200k rows from S3, 10M rows, local and from S3,
+# The benchmark suite (~30 min on 2 cores): benchmarks/results/*.json, docs/benchmarks.md;
+# then the `scale` tests (20k against 200k rows from S3, 10M rows, local and from S3,
 # and 200,000 images through the whole pipeline, ~1.5 h), which `make test` skips.
 bench: setup
 	$(BIN)/python -m benchmarks

@@ -1,4 +1,4 @@
-"""trainflow benchmarks B1-B11 (issue 7; B8: issue 16; B9: issue 30; B10: issue 31; B11: issue 34):
+"""trainflow benchmarks B1-B11:
 our speed against the limit, side by side.
 
 ``python -m benchmarks`` (or ``make bench``) runs them all; ``--only B1,B3`` selects, ``--smoke``

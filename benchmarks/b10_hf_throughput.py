@@ -1,4 +1,4 @@
-"""B10, throughput (issue 31 item 9): training tokens/s of trainflow's two engines for a Hugging
+"""B10, throughput: training tokens/s of trainflow's two engines for a Hugging
 Face model, ``train.engine: loop`` and ``hf_trainer``, beside a bare Hugging Face loop.
 
 Same model (a BERT from a config: ``SIZES``, ``TRAINFLOW_B10_SIZE`` picks one; on a GPU ``base``,

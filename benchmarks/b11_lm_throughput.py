@@ -1,4 +1,4 @@
-"""B11, causal-LM throughput (issue 34 item 9): training tokens/s of trainflow's loop through the
+"""B11, causal-LM throughput: training tokens/s of trainflow's loop through the
 pipeline's own ``TorchTrainer`` (``training.loop.trainer.build_trainer``) with
 ``train.strategy`` ddp, fsdp and deepspeed (ZeRO-3, where the ``[deepspeed]`` extra is
 installed: on CPUs DeepSpeed's CPU accelerator over gloo), beside a bare Hugging Face loop on

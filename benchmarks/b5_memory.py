@@ -1,5 +1,5 @@
 """B5: memory of the preprocessing stage, 1x vs 10x the default data (and 100x, informational),
-and at real size: 1,000,000 vs 10,000,000 rows of the generated table (issue 16).
+and at real size: 1,000,000 vs 10,000,000 rows of the generated table.
 
 While ``training.data.preprocess`` runs on the local Ray instance, a thread samples every 0.2 s
 the RSS summed over this driver and every process under it (the local Ray instance's GCS,

@@ -1,4 +1,4 @@
-"""B8: ingest at real size (issue 16): rows/s that reach the training loop, and preprocessing.
+"""B8: ingest at real size: rows/s that reach the training loop, and preprocessing.
 
 Data: ``training.data.synthetic.write_table`` (N rows x 64 float32 features, 16 parquet files),
 preprocessed once by the pipeline's stage.

@@ -1,4 +1,4 @@
-"""B8's guard on the user's run at size (issue 30, item 9): one worker, one epoch, no sweep,
+"""B8's guard on the user's run at size: one worker, one epoch, no sweep,
 the default batch and MLP, over a 3M-row table of 32 float32 features in 16 parquet files.
 
 On 2026-11-23 that run's train stage took 66-68 s on the 2-core machine: 3,000,000 / 66 s
@@ -21,7 +21,7 @@ from benchmarks.common import Context, fresh_preprocess, register_by_value, sour
 
 #: The reported run's size (``TRAINFLOW_B8_STAGE_ROWS`` picks another).
 ROWS, FEATURES, FILES = 3_000_000, 32, 16
-#: 2026-11-23: 3M rows, train stage 66-68 s (issue 30, item 9); rows of the table per second.
+#: 2026-11-23: 3M rows, train stage 66-68 s; rows of the table per second.
 REFERENCE_ROWS_PER_S = 3_000_000 / 66
 REFERENCE = "2026-11-23: 3,000,000 rows, train stage 66 s (45,455 rows/s), 2-core machine"
 _ID = "B8"

@@ -1,4 +1,4 @@
-"""B9: trainflow against the library a user with a table would pick instead (issue 30 item 8).
+"""B9: trainflow against the library a user with a table would pick instead.
 
 On the bundled penguins table and on a ``trainflow make-data --kind mixed`` table (1,000,000
 rows; ``TRAINFLOW_B9_ROWS`` picks another size): ``trainflow run`` (its whole wall, its test

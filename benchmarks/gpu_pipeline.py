@@ -2,7 +2,7 @@
 
     python -m benchmarks.gpu_pipeline --reps 1 --out gpu.json
 
-Issue 18 asks for the whole default `trainflow run` with ``train.use_gpu=true`` and
+The measure is the whole default `trainflow run` with ``train.use_gpu=true`` and
 ``train.precision=bf16`` on a lent GPU machine, with its stages, samples/s and accuracy. Each arm
 runs `python -m trainflow run` in a fresh home; the arms alternate so that the machine's noise
 falls on both. Steady samples/s comes from the run log: the training rows over the seconds

@@ -1,6 +1,6 @@
 """Memory over time of whole runs: what their process trees held, sampled, as a PNG and JSON.
 
-Written by the 10M-row scale test (issue 16) for docs/: per run size, the PSS summed over the
+Written by the 10M-row scale test for docs/: per run size, the PSS summed over the
 run's processes (the memory they take together; solid) and the RSS sum (shared pages counted
 once per process that maps them; faint), with the limits the issue sets (8 GiB, and 1.5x the
 smallest run's peak) drawn for the PSS.

@@ -1,4 +1,4 @@
-"""B10, accuracy (issue 31): trainflow's MLP on hashed n-grams beside the baseline a user would
+"""B10, accuracy: trainflow's MLP on hashed n-grams beside the baseline a user would
 reach for first, scikit-learn's TF-IDF (word 1-2 grams) + LogisticRegression, on the same split
 of the bundled BBC News articles.
 

@@ -137,7 +137,7 @@ def check_lineage(tracking_uri: str, version, accuracy: float) -> None:
     )[0]
     metrics = evaluate_run.data.metrics
     assert abs(metrics["test_accuracy"] - accuracy) < 1e-6
-    # MLflow's evaluator, without a second copy of ours (issue 33 item 5)
+    # MLflow's evaluator, without a second copy of ours
     assert "f1_score" in metrics and "accuracy_score" not in metrics, sorted(metrics)
     artifacts = {a.path for a in client.list_artifacts(evaluate_run.info.run_id)}
     assert "confusion_matrix.png" not in artifacts, artifacts  # ours: plots/confusion_matrix.png

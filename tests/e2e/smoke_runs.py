@@ -8,7 +8,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 
-# Issue 5, case 11 and issue 17: the first run carries canary credentials; none may be written
+# The first run carries canary credentials; none may be written
 # anywhere, Ray's session logs included.
 CANARIES = {
     "AWS_ACCESS_KEY_ID": "AKIACANARY7QX2LKEYID",

@@ -1,4 +1,4 @@
-"""Bring your own model (issue 15): `trainflow run` with a factory from a user package that sits
+"""Bring your own model: `trainflow run` with a factory from a user package that sits
 in the directory the user runs from (importable neither from the project nor installed), a swept
 ``model.params`` key, to a champion that loads where neither trainflow nor the user package is
 importable. Also ResNet-18 on an image table at smoke size, and a bad factory refused before

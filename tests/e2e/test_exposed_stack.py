@@ -1,4 +1,4 @@
-"""`trainflow up --host 0.0.0.0` (issue 17): refused without credentials; with them, real
+"""`trainflow up --host 0.0.0.0`: refused without credentials; with them, real
 servers that refuse a request without credentials and serve it with them. Requests go to
 127.0.0.1 only."""
 

@@ -1,4 +1,4 @@
-"""Issue 5, case 3: the flow process killed mid-run, then the same command resumed.
+"""The flow process killed mid-run, then the same command resumed.
 
 One run id through four `trainflow run` processes (smoke config), like Ray's
 test_experiment_restore.py (kill the driver, restore, progress never goes back):
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 # The final training's epochs: room to stop it between two checkpoints. Since Train's controller
-# polls every 0.1 s (issue 18) an epoch of digits takes a fraction of a second: 5 epochs could end
+# polls every 0.1 s an epoch of digits takes a fraction of a second: 5 epochs could end
 # before the SIGTERM that should interrupt them, and under `make test`'s load 30 did once (the
 # SIGINT step then resumed at epoch 31 of 30, with nothing left to interrupt).
 EPOCHS = 80

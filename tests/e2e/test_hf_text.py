@@ -1,4 +1,4 @@
-"""A Hugging Face text model end to end (issue 31): one `trainflow run` with ``model.kind: hf``
+"""A Hugging Face text model end to end: one `trainflow run` with ``model.kind: hf``
 on a small table of real BBC News texts (and a numeric column the model does not read), a tiny
 BERT saved with ``save_pretrained`` to a temporary directory and loaded by path (the real
 loading code), a tokenizer fitted on the training split, LoRA, FSDP over 2 CPU workers and a

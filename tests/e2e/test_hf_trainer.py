@@ -1,4 +1,4 @@
-"""``train.engine: hf_trainer`` end to end (issue 31 item 5): one `trainflow run` whose final
+"""``train.engine: hf_trainer`` end to end: one `trainflow run` whose final
 training is a transformers Trainer in each of 2 CPU TorchTrainer workers, on the BBC texts and
 the tiny BERT of test_hf_text.py (saved with ``save_pretrained``, loaded by path). The loop's
 checks: trained, a metric point per epoch in MLflow under the loop's names, trainflow's

@@ -1,4 +1,4 @@
-"""A folder of PNG files in class sub-folders, end to end (issue 30 item 7): one `trainflow run`
+"""A folder of PNG files in class sub-folders, end to end: one `trainflow run`
 with the CNN straight on the folder (no conversion step), then its champion scores PNG bytes
 in-process and `trainflow predict` scores the folder. One pipeline run for the whole module: CI
 time is short."""

@@ -1,4 +1,4 @@
-"""A causal language model end to end (issue 34): one `trainflow run` with ``data.task:
+"""A causal language model end to end: one `trainflow run` with ``data.task:
 causal_lm`` on a small table of real BBC News texts, a tiny GPT-2 saved with
 ``save_pretrained`` to a temporary directory and loaded by path, a tokenizer fitted on the
 training split, texts packed into blocks, 2 CPU workers and a 2-trial sweep ranked by val_loss.

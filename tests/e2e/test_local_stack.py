@@ -1,9 +1,9 @@
-"""The local stack as a user runs it (issue 3), on real servers and free ports in a temporary home:
+"""The local stack as a user runs it, on real servers and free ports in a temporary home:
 `trainflow up`, `deploy`, a triggered `smoke` deployment run through the worker to COMPLETED, the
 MLflow server's run tree and registry, `nightly`'s schedule, `status`, `up` twice, `down`.
 
-Piggybacks issue 5 case 9 (unreachable MLflow / S3 against the running stack) and case 13 (every
-process `up` started listens on 127.0.0.1 only).
+Also: a run against an unreachable MLflow or S3 beside the running stack fails fast, and every
+process `up` started listens on 127.0.0.1 only.
 
 The stack is the session's (conftest.py: local_stack), shared with test_operations.py, which
 runs first on the same pytest worker; this module uses the smoke config's experiment and model,
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 RUN_TIMEOUT_S = 480  # the smoke pipeline takes ~90 s on 2 cores; generous under CI load
-FAIL_FAST_S = 60  # issue 5 case 9: an unreachable service fails a run within a minute
+FAIL_FAST_S = 60  # an unreachable service fails a run within a minute
 S3_DETECTION_S = 45  # 3 attempts of the S3 check, 4 + ~10 s of retry delay between them
 
 
@@ -148,7 +148,7 @@ def test_up_records_parts_on_the_requested_ports(stack):
 
 
 def test_every_process_up_started_listens_on_loopback_only(stack):
-    """Issue 5 case 13: the listening sockets of the servers, the worker and their children."""
+    """The listening sockets of the servers, the worker and their children."""
     import psutil
 
     pids = set(_pids_of_tree([p["pid"] for p in stack["state"]["parts"].values()]))
@@ -175,7 +175,7 @@ def test_up_twice_is_a_no_op(stack):
 
 
 def test_unreachable_mlflow_fails_the_run_fast(stack):
-    """Issue 5 case 9: MLflow at a closed port; Prefect is the running stack."""
+    """MLflow at a closed port; Prefect is the running stack."""
     url = f"http://127.0.0.1:{closed_port()}"
     start = time.monotonic()
     proc = trainflow(stack["home"], "run", "--config", SMOKE, MLFLOW_TRACKING_URI=url)
@@ -186,7 +186,7 @@ def test_unreachable_mlflow_fails_the_run_fast(stack):
 
 
 def test_unreachable_s3_endpoint_fails_the_run_fast(stack):
-    """Issue 5 case 9: storage.endpoint_url at a closed port."""
+    """storage.endpoint_url at a closed port."""
     endpoint = f"http://127.0.0.1:{closed_port()}"
     start = time.monotonic()
     proc = trainflow(
@@ -264,7 +264,7 @@ def _states(api: str, flow_run_id: str) -> list[dict]:
 def test_runs_of_one_deployment_never_overlap(
     stack, smoke_run, smoke_finished, second_smoke_finished
 ):
-    """Issue 17: the deployments' concurrency limit of 1 (Prefect's own, collision strategy
+    """The deployments' concurrency limit of 1 (Prefect's own, collision strategy
     ENQUEUE): the second run, triggered while the first ran, waits for the slot and starts only
     after the first has finished; both complete."""
     api = f"{stack['state']['prefect_url']}/api"
@@ -283,7 +283,7 @@ def test_runs_of_one_deployment_never_overlap(
 
 
 def test_no_canary_reaches_the_stack_logs_or_its_home(stack, second_smoke_finished):
-    """Issue 17: with canaries in the environment of `up`, the servers' and the worker's logs,
+    """With canaries in the environment of `up`, the servers' and the worker's logs,
     the flow runs' logs, both databases and every other file under the home hold none."""
     home = stack["home"]
     secrets = [value.encode() for value in CANARIES.values()]
@@ -415,7 +415,7 @@ def test_redeploy_is_idempotent(stack, deployed, smoke_finished):
 
 
 def test_prefect_ui_on_a_port_other_than_4200_shows_the_flow_run(stack, smoke_finished):
-    """Issue 33 item 6: the UI's /ui-settings announces the API on the port `up` was given (it
+    """The UI's /ui-settings announces the API on the port `up` was given (it
     said 127.0.0.1:4200 whatever the port), and in a fresh headless Chromium the flow run's page
     loads from it instead of "Can't connect to Server API"."""
     import os
@@ -441,7 +441,7 @@ def test_prefect_ui_on_a_port_other_than_4200_shows_the_flow_run(stack, smoke_fi
     assert "workflowType=machine_learning" in run_link
     version_link = by_key["trainflow-model-version"]["data"]
     assert f"({mlflow_url}/#/models/digits-smoke/versions/" in version_link
-    # `status` links the experiment's runs in the MLflow UI's training view (issue 33 item 1).
+    # `status` links the experiment's runs in the MLflow UI's training view.
     proc = trainflow(stack["home"], "status", "--json")
     runs_link = json.loads(proc.stdout)["mlflow_experiments"]["trainflow-smoke"]
     assert runs_link.startswith(stack["state"]["mlflow_url"] + "/#/experiments/")

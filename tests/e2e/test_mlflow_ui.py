@@ -139,7 +139,7 @@ def test_trial_runs_are_named_tagged_and_comparable(pipeline, runs):
         assert set(run.data.params) == {"train.lr"}
         assert {"train_loss", "val_loss", "val_accuracy"} <= set(run.data.metrics)
         assert not {"pid", "timestamp", "done"} & set(run.data.metrics)  # no Tune bookkeeping
-        # Issue 33 item 2: the model's metrics only, per epoch; no Ray trial_name tag.
+        # The model's metrics only, per epoch; no Ray trial_name tag.
         assert set(run.data.metrics) == {"train_loss", "val_loss", "val_accuracy"}
         assert "trial_name" not in tags
         assert len(trial["history"]) == trial["epochs"]
@@ -290,7 +290,7 @@ def test_run_tree_shows_the_trials_and_opens_their_compare_view(page, server, pi
     page.wait_for_url("**/compare-runs**")
     page.get_by_text("train.lr", exact=True).first.wait_for()
     # plot the trials' learning rate against val_accuracy. The plot opens on the first metric:
-    # one of the model's (issue 33 item 2: Tune's `epoch` & co. sorted ahead of them before).
+    # one of the model's (Tune's `epoch` & co. sorted ahead of them before).
     metrics = page.locator(
         ".du-bois-light-select",
         has=page.locator(
@@ -299,7 +299,7 @@ def test_run_tree_shows_the_trials_and_opens_their_compare_view(page, server, pi
         ),
     ).first
     selected = metrics.locator(".du-bois-light-select-selection-item-content").all_inner_texts()
-    # Issue 33: the plot opens on the sweep's metric (the trials log it first).
+    # The plot opens on the sweep's metric (the trials log it first).
     assert selected == ["val_accuracy"], selected
     metrics.locator(".du-bois-light-select-selector").click()
     options = page.locator(".du-bois-light-select-item-option")
@@ -330,7 +330,7 @@ def test_run_tree_shows_the_trials_and_opens_their_compare_view(page, server, pi
 def test_the_summary_link_opens_the_training_view_in_a_fresh_profile(
     browser_context, server, pipeline, runs
 ):
-    """Issue 33 item 1: a browser that never chose "Model training" follows the link the
+    """A browser that never chose "Model training" follows the link the
     summary prints (the parent run) and the experiment's runs link into the training view."""
     context = browser_context.browser.new_context(viewport={"width": 1600, "height": 1000})
     try:
@@ -355,7 +355,7 @@ def test_the_summary_link_opens_the_training_view_in_a_fresh_profile(
 
 
 def test_the_parent_run_holds_the_champions_params(client, runs, pipeline):
-    """Issue 33 item 4: not the config defaults: the values the champion was trained with."""
+    """Not the config defaults: the values the champion was trained with."""
     parent, train = runs["parent"], runs["stages"]["train"]
     # the training config (the logged model adds its own model_config, e.g. `device`)
     shared = {k: v for k, v in train.data.params.items() if k.startswith(("train.", "model."))}
@@ -410,7 +410,7 @@ def test_model_page_shows_versions_tags_and_aliases(page, server, pipeline):
 
 
 def test_the_logged_model_carries_its_evidence(client, server, runs, pipeline):
-    """Issue 33 item 3, in MLflow: the logged model is named after the registered model, holds
+    """In MLflow: the logged model is named after the registered model, holds
     the test metrics of the evaluate run on the test split's dataset and the train run's on
     the train and val splits, evaluate takes it as input, and its MLmodel names no build path;
     the version's description links its runs."""
@@ -444,7 +444,7 @@ def test_the_logged_model_carries_its_evidence(client, server, runs, pipeline):
 
 
 def test_the_logged_model_page_shows_metrics_and_datasets(page, server, pipeline, runs, client):
-    """Issue 33, done when: the model page shows "Metrics" with the test metrics and
+    """The model page shows "Metrics" with the test metrics and
     "Datasets used" filled."""
     model_id = pipeline["model"]["logged_model_uri"].removeprefix("models:/")
     page.goto(f"{server}/#/experiments/{runs['experiment_id']}/models/{model_id}")

@@ -1,4 +1,4 @@
-"""Operations on the stack (issue 32, items 6 and 7), end to end on `trainflow up` (free ports).
+"""Operations on the stack, end to end on `trainflow up` (free ports).
 
 Told when it matters: `trainflow notify` points at a webhook receiver on 127.0.0.1 with a secret
 from the environment; a pipeline run that fails and a run that moves the champion each reach the
@@ -226,7 +226,7 @@ def _first_started(api: str, deployment_id: str, timeout_s: float) -> dict:
 
 
 def test_the_score_schedule_fires_and_the_worker_scores_beside_the_input(stack, promoted):
-    """Issue 32: `pipeline/score` runs from the Prefect worker on a schedule."""
+    """`pipeline/score` runs from the Prefect worker on a schedule."""
     import pandas as pd
     import pyarrow.parquet as pq
 
@@ -289,7 +289,7 @@ def _second_version(stack: Path, promoted: dict) -> str:
 
 
 def test_a_rollback_reaches_the_webhook_like_a_promotion(stack, promoted, notified, receiver):
-    """Issue 32 item 6: `trainflow rollback` moving the champion is told like a promotion."""
+    """`trainflow rollback` moving the champion is told like a promotion."""
     target = _second_version(stack, promoted)
     why = "rollback drill: the newer version misroutes refunds"
     # The experiment too: the command reads the registry through the config's tracking store.

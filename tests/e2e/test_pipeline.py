@@ -69,7 +69,7 @@ def test_summary_names_every_stage_and_prints_it(first_run):
 
 
 def test_the_console_is_short_and_the_libraries_go_to_the_log(first_run):
-    """Issue 17: on a non-terminal a whole run is at most 40 lines, none of them a warning;
+    """On a non-terminal a whole run is at most 40 lines, none of them a warning;
     what Ray, Tune, Train, Prefect and MLflow print is in the run's log file."""
     summary, proc = first_run
     lines = proc.stdout.splitlines() + proc.stderr.splitlines()
@@ -95,7 +95,7 @@ def test_the_console_is_short_and_the_libraries_go_to_the_log(first_run):
 
 
 def test_every_listener_of_a_run_is_loopback(watched_run):
-    """Issue 17: the sockets of every process a run starts (Prefect's temporary server, the
+    """The sockets of every process a run starts (Prefect's temporary server, the
     local Ray instance's GCS, raylet, agents, metrics exporters and workers, the dashboard, the
     driver, and rank 0's torch rendezvous store while DDP runs) listen on 127.0.0.1 only; Ray's
     token authentication is on as well (docs/reliability.md, "Ports")."""
@@ -191,7 +191,7 @@ def test_mlflow_run_tree_histories_and_registry(first_run, client):
 
 
 def test_mlflow_ui_story_of_the_run_tree(first_run, client):
-    """Issue 33 items 1, 2, 4, 5 on the smoke run's store: the experiment is a model-training
+    """The smoke run's store in MLflow: the experiment is a model-training
     one; the parent run holds the champion's params (the train run's), the sweep's space, a
     description linking its runs and version, source and user; trials log the model's metrics
     only; no second copy of a metric or plot; the summary prints a training-view link."""
@@ -326,7 +326,7 @@ def nan_label_csv(home) -> Path:
     ["missing label column", "NaN labels", "unreachable MLflow"],
 )
 def test_user_errors_get_one_message_and_no_traceback(home, first_run, client, nan_label_csv, case):
-    """Issue 17: a user error is one message naming the problem and the fix — on the console and
+    """A user error is one message naming the problem and the fix — on the console and
     in the flow run's Prefect logs and state — with no traceback anywhere, exit code 2, never
     retried, and nothing left behind (no model version, no RUNNING MLflow run)."""
     from cli_runner import free_port
@@ -365,7 +365,7 @@ def test_bad_config_fails_before_anything_starts(home):
     assert "grace_period" in proc.stderr
 
 
-# Issue 14: the champion is an MLflow pyfunc any client can use on the raw table.
+# The champion is an MLflow pyfunc any client can use on the raw table.
 
 
 @pytest.fixture(scope="module")

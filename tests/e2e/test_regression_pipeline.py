@@ -1,4 +1,4 @@
-"""Regression end to end (issue 15, part 3): one smoke-size `trainflow run` on builtin:diabetes,
+"""Regression end to end: one smoke-size `trainflow run` on builtin:diabetes,
 read back from MLflow, the registry and the report; then the champion evaluated on a CSV copy
 of the same table (a CSV with a float label: preprocessing chooses regression again and the same
 test rows give the same RMSE). One pipeline run for the whole module: CI time is short."""
@@ -94,7 +94,7 @@ def test_mlflow_has_the_task_the_regression_metrics_and_plots(client, run, stage
     evaluate = stages["evaluate"].data.metrics
     assert evaluate["test_rmse"] == pytest.approx(summary["test_metrics"]["test_rmse"])
     # MLflow's own regressor evaluation of the same predictions, without a second copy of ours
-    # (issue 33 item 5: its rmse, mae and r2 are test_rmse, test_mae, test_r2)
+    # (its rmse, mae and r2 are test_rmse, test_mae, test_r2)
     assert "max_error" in evaluate and "mean_squared_error" in evaluate, sorted(evaluate)
     duplicates = {"root_mean_squared_error", "mean_absolute_error", "r2_score"}
     assert not duplicates & set(evaluate), sorted(evaluate)

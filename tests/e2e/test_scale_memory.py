@@ -1,4 +1,4 @@
-"""Issue 16: memory stays flat in data size. The generator writes 20,000 and 200,000 rows to the
+"""Memory stays flat in data size. The generator writes 20,000 and 200,000 rows to the
 loopback S3 server (moto); `trainflow run` takes each through the whole pipeline (preprocess,
 a tiny sweep on a sample, one epoch of training, evaluation, promotion) with its storage root on
 S3 too, while the memory of the CLI and every process under it (Prefect's temporary server, the
@@ -7,7 +7,7 @@ counts each shared page once (`benchmarks.harness.rss_and_pss`), and their RSS s
 The PSS peak at 200,000 rows must stay within 1.5x the peak at 20,000.
 
 Every test here is a size test, marked ``scale``: ``make bench`` runs them, the default suite
-skips them (its budget, issue 29). The 20k/200k runs go one after the other (about 4 minutes on
+skips them (its time budget). The 20k/200k runs go one after the other (about 4 minutes on
 a quiet machine; they time out at 25); the others do the same for 10,000,000 rows from local
 disk and from S3, and for 200,000 images.
 """
@@ -199,7 +199,7 @@ def test_ten_million_rows_in_flat_memory(where, s3, tmp_path_factory):
 @pytest.mark.scale
 @pytest.mark.timeout(3 * 3600)
 def test_ten_million_mixed_rows_in_flat_memory(s3, tmp_path_factory):
-    """Issue 30 at scale: the mixed table (numbers with gaps, categories, a datetime) at 10M rows
+    """At scale, the mixed table (numbers with gaps, categories, a datetime) at 10M rows
     through the whole pipeline; its vocabularies and medians are fitted by Ray Data tasks, not
     by one process reading the table. Same rule: <= 1.5x the 1M-row peak, below 8 GiB."""
     _one_and_ten_million("local", write_mixed, "scale-memory-mixed", s3, tmp_path_factory)

@@ -1,4 +1,4 @@
-"""A real table as users hold it, end to end (issue 30): one smoke-size `trainflow run` on the
+"""A real table as users hold it, end to end: one smoke-size `trainflow run` on the
 Palmer penguins (text categories, 19 empty cells) with no flag, then `trainflow predict` on the
 raw table as a CSV, gaps and an island never seen in training included. One pipeline run for the
 whole module: CI time is short."""

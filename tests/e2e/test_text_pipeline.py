@@ -1,4 +1,4 @@
-"""Free text end to end (issue 31, items 1, 6, 8): one short `trainflow run` of
+"""Free text end to end: one short `trainflow run` of
 configs/news-hashed.yaml on the bundled BBC News articles (no sweep, few epochs: CI time is
 short), then the champion scoring raw article text as MLflow loads it; and a text column of
 numbers refused as one line, exit 2."""

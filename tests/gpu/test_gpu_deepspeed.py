@@ -1,4 +1,4 @@
-"""DeepSpeed on GPUs, as a user runs it (issue 34): `trainflow run --config configs/lm.yaml` with
+"""DeepSpeed on GPUs, as a user runs it: `trainflow run --config configs/lm.yaml` with
 `train.strategy: deepspeed` (ZeRO-3), `use_gpu`, bf16: the run's preflight lets it through, the
 final training runs under DeepSpeed's engine, and the language model is evaluated and
 registered. The same path on CPU workers: tests/integration/test_deepspeed.py.

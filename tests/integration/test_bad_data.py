@@ -1,4 +1,4 @@
-"""Bad data the preprocess stage must refuse (issue 5, case 7): missing label, string feature,
+"""Bad data the preprocess stage must refuse: missing label, string feature,
 NaN labels, a small class, an empty parquet, a truncated or corrupt parquet among good files, a
 ragged CSV row. One DataValidationError naming the column or file and the fix, and nothing
 written as complete. The stage's own tests: tests/integration/test_preprocess.py."""
@@ -34,7 +34,7 @@ def _refused(tmp_path, data: DataConfig, *fragments: str) -> DataValidationError
 
 def test_continuous_label_column_is_not_a_class_label(ray_local, tmp_path):
     # A wrong dtype for a label: floats of a regression target, one "class" per row. With
-    # data.task=auto such a label is a regression (issue 15); asked to classify, it is refused.
+    # data.task=auto such a label is a regression; asked to classify, it is refused.
     rng = np.random.default_rng(0)
     n = 1200
     table = pa.table(

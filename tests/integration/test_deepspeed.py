@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO through the loop (issue 34), on 2 CPU workers: DeepSpeed's CPU accelerator over
+"""DeepSpeed ZeRO through the loop, on 2 CPU workers: DeepSpeed's CPU accelerator over
 gloo, as `make test` installs the ``[deepspeed]`` extra (a user's run takes DeepSpeed to GPUs
 only; ``training.stages.preflight.check_strategy``).
 

@@ -1,4 +1,4 @@
-"""Issue 18: `trainflow run` starts its local Ray instance in a thread, beside its imports.
+"""`trainflow run` starts its local Ray instance in a thread, beside its imports.
 
 Each case runs in a subprocess of its own: it needs a Ray instance of its own, and the tests in
 this process share one (``ray_local``).

@@ -1,4 +1,4 @@
-"""Training faults injected for real (issue 5 cases 1, 2, 4, 5, 6, 14) on one local Ray instance.
+"""Training faults injected for real on one local Ray instance.
 
 Model: Ray's own train/v2/tests/test_persistence.py (fail at chosen iterations, the same run name
 resumes) and test_report_fault_tolerance.py (checkpoint upload failure).

@@ -1,4 +1,4 @@
-"""An image folder through Ray Data (issue 30 item 7): Ray's image reader and the driver's decode
+"""An image folder through Ray Data: Ray's image reader and the driver's decode
 give the same rows (grey and RGB, PNG and JPEG, mixed sizes), preprocessing writes its splits,
 and a corrupt image among good ones is one error naming it, with nothing written."""
 

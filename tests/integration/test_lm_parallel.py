@@ -1,4 +1,4 @@
-"""A causal LM (issue 34) sharded and merged: an FSDP run of a tiny GPT-2 on 2 CPU workers wraps
+"""A causal LM sharded and merged: an FSDP run of a tiny GPT-2 on 2 CPU workers wraps
 each ``GPT2Block`` as its own unit (the model's ``_no_split_modules``) and checkpoints a full
 state that loads into a plain ``AutoModelForCausalLM`` with ``weights_only=True`` and gives
 the pyfunc's logits; and a LoRA language model merged as registration merges it gives the

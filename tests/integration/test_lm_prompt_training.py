@@ -1,4 +1,4 @@
-"""A language model on prompt / response rows end to end without the services (issue 34): BBC
+"""A language model on prompt / response rows end to end without the services: BBC
 News headlines and their leads preprocessed by Ray Data (a fitted tokenizer, packed blocks),
 trained by the loop for three epochs on a tiny GPT-2, its validation loss the response tokens'
 only (equal to transformers' own ``labels=-100`` loss over the prompts), and the trained state

@@ -1,4 +1,4 @@
-"""A causal LM's training step (issue 34), on a tiny GPT-2 without Ray: gradient accumulation of
+"""A causal LM's training step, on a tiny GPT-2 without Ray: gradient accumulation of
 k micro-batches equals one step on the whole batch (the loss is per next-token target, rows of
 different lengths included), through the loop's own accumulate_gradients and loss; and
 gradient checkpointing changes memory, not gradients."""

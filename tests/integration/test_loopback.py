@@ -1,4 +1,4 @@
-"""Issue 17: every port of the local Ray instance (GCS, raylet, agents, metrics exporters, core
+"""Every port of the local Ray instance (GCS, raylet, agents, metrics exporters, core
 workers, the dashboard and its State API), and torch's rendezvous store while a TorchTrainer
 runs, listens on 127.0.0.1 only. The servers of `trainflow up`
 are checked in tests/e2e/test_local_stack.py, a whole run in tests/e2e/test_pipeline.py."""

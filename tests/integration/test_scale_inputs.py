@@ -1,4 +1,4 @@
-"""Issue 16 at small size: the sweep's seeded sample of the train split, and bad input in one file
+"""At small size: the sweep's seeded sample of the train split, and bad input in one file
 of a multi-file table (corrupt row group, another schema, null labels) named before training, with
 nothing written to the storage root."""
 

@@ -117,7 +117,7 @@ def s3_endpoint(tmp_path_factory):
 def test_the_champion_scores_an_s3_table_beside_it_without_leaking_credentials(
     manifest, tmp_path, s3_endpoint, monkeypatch
 ):
-    """Issue 32 item 7 on ``s3://``: read and written through storage.endpoint_url and the
+    """Scheduled scoring on ``s3://``: read and written through storage.endpoint_url and the
     environment's credentials, as every other stage reaches S3."""
     import json
     import os

@@ -169,7 +169,7 @@ def _wait(what: str, ready, proc: subprocess.Popen, home: Path, timeout: float =
 
 
 # Enough training that it outlasts a node's loss, its detection, the node's restart and the
-# scale-back. Since Train's controller polls every 0.1 s (issue 18) an epoch of digits at batch
+# scale-back. Since Train's controller polls every 0.1 s an epoch of digits at batch
 # 16 takes ~0.15 s, and on CI 80 of them ended while the restarted node was still on its third
 # try to join (~2 min under load). At batch 4 an epoch takes ~3.5 s on two nodes beside another
 # test module (200 epochs: 692 s, back to two workers at epoch 21 of 200). 60 epochs, ~3

@@ -1,5 +1,5 @@
 """A custom model's package from the user's project directory reaches Ray workers on both nodes
-of the two-node cluster through runtime_env ``py_modules`` (issue 15), not through a shared
+of the two-node cluster through runtime_env ``py_modules``, not through a shared
 path: each node's worker imports it from Ray's unpacked copy and builds the network from the
 config, as the loop does. (Both nodes share this machine's disk, so the project directory is
 deleted once uploaded: a worker could otherwise import it through the driver's sys.path.)

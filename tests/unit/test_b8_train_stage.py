@@ -1,4 +1,4 @@
-"""B8's guard on the user's run at size measures the run that was reported (issue 30, item 9):
+"""B8's guard on the user's run at size measures the run that was reported:
 one worker, one epoch, no sweep, the default batch, and at 3M rows x 32 features the train split
 streamed from parquet (the path the reported train stage took), against 3M rows / 66 s."""
 

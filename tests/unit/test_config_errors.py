@@ -1,4 +1,4 @@
-"""Bad configuration the cluster or the CLI must refuse (issue 5, case 8): workers or GPUs a
+"""Bad configuration the cluster or the CLI must refuse: workers or GPUs a
 cluster cannot host, credentials in the storage endpoint, and the CLI refusing a bad config with
 the key and what is allowed, before anything starts. Schema rules: tests/unit/test_config.py."""
 

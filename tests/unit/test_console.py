@@ -1,4 +1,4 @@
-"""Issue 17: progress events, the progress view, Prefect's traceback filter, the run log."""
+"""Progress events, the progress view, Prefect's traceback filter, the run log."""
 
 from __future__ import annotations
 

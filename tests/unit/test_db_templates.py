@@ -1,4 +1,4 @@
-"""Fresh homes start from a copy of an empty, migrated database (issue 18: fixed costs)."""
+"""Fresh homes start from a copy of an empty, migrated database (fixed costs)."""
 
 from __future__ import annotations
 

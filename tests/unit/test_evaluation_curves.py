@@ -68,7 +68,7 @@ def _nothing():
 
 
 def test_mlflow_evaluation_logs_no_second_copy_of_our_metrics_or_confusion_matrix(tmp_path):
-    """Issue 33 item 5: MLflow's evaluator on a real (sqlite) store logs neither accuracy_score
+    """MLflow's evaluator on a real (sqlite) store logs neither accuracy_score
     (our test_accuracy) nor a root-level confusion_matrix.png (our plots/confusion_matrix.png);
     its other metrics and artifacts stay."""
     from mlflow import MlflowClient

@@ -1,4 +1,4 @@
-"""Image folders (issue 30 item 7): the class-folder layout and its errors, the decode and resize
+"""Image folders: the class-folder layout and its errors, the decode and resize
 (PIL, as Ray Data's image reader does it), and the served model's image step on encoded bytes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Train/serve parity for image files (issue 30 item 7): the same PNG/JPEG files through
+"""Train/serve parity for image files: the same PNG/JPEG files through
 training's path (the rows an image folder reads, through ``output_rows`` and
 ``transform_batch``) and through the registered model (MLflow's pyfunc, fed the files' encoded
 bytes or their base64 text) give the network identical tensors. That training's rows are Ray

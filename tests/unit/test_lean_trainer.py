@@ -1,5 +1,5 @@
 """The TorchTrainer we build leaves out Ray Train's dataset manager when it has no datasets, and
-its placement-group cleaner only where the fit's driver owns the local instance (issue 18: two
+its placement-group cleaner only where the fit's driver owns the local instance (two
 processes fewer per fit). A Tune trial's fit, or one on a cluster, keeps the cleaner."""
 
 from __future__ import annotations

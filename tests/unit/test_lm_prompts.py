@@ -1,4 +1,4 @@
-"""A language model on prompt / response columns (issue 34), without Ray: each row's ids are its
+"""A language model on prompt / response columns, without Ray: each row's ids are its
 prompt part then its response part, the loss only on the response (checked against
 transformers' own ``labels=-100`` loss and its chat template's assistant mask), packing keeps
 the mask beside its ids, serving gives the model the prompt part it trained on, and the bad

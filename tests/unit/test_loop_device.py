@@ -1,6 +1,6 @@
 """A Train worker's batches go to its device whether the shard is streamed, cached or handed over
 in memory: with one worker nothing else moves them (no DDP wrapper), and a GPU model met CPU
-batches in issue 16's ResNet-18 run. The device here is torch's ``meta``: a device other than
+batches in the ResNet-18 run. The device here is torch's ``meta``: a device other than
 the CPU that every machine has."""
 
 from __future__ import annotations

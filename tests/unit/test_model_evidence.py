@@ -1,4 +1,4 @@
-"""Issue 33 item 3: the logged model carries its evidence (a real sqlite MLflow store): the
+"""The logged model carries its evidence (a real sqlite MLflow store): the
 test metrics linked to the evaluate run and the test split's dataset, the train run's metrics
 at the checkpoint's epoch linked to the training and validation splits."""
 

@@ -1,4 +1,4 @@
-"""Issue 5, case 10: promotions that race on `champion`, and a promote step re-run after a crash.
+"""Promotions that race on `champion`, and a promote step re-run after a crash.
 
 Real sqlite MLflow stores; the racers are separate processes, as two pipeline runs would be.
 """

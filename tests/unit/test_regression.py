@@ -1,4 +1,4 @@
-"""Regression without a cluster (issue 15, part 3): the task chosen from the label, bad labels
+"""Regression without a cluster: the task chosen from the label, bad labels
 refused, the metrics and which way they improve, the gate on test_rmse, the label's
 normalisation and its inverse, the bundled diabetes set (the model: test_regression_model.py)."""
 

@@ -1,4 +1,4 @@
-"""A regression model without a cluster (issue 15, part 3): the loop's MSE and its metrics
+"""A regression model without a cluster: the loop's MSE and its metrics
 all-reduced across workers, and the registered pyfunc's one number out (in process and in the
 Ray Data batch predictor's actor class)."""
 

@@ -500,7 +500,7 @@ LOCAL_RUN_LINK = "http://127.0.0.1:5000/#/experiments/1/runs/p123?workflowType=m
 
 
 def test_every_ui_pointer_links_into_the_training_view():
-    """Issue 33 item 1: the console summary and the Prefect artifact give a link carrying
+    """The console summary and the Prefect artifact give a link carrying
     workflowType=machine_learning; for a local store after the command that starts the UI."""
     from trainflow.render import summary_lines
 
@@ -624,7 +624,7 @@ def test_trial_history_from_tunes_progress_frame():
 
 
 def test_trials_table_has_params_best_metric_epochs_and_fate():
-    """Issue 33 item 6: the Prefect table artifact of the sweep's trials."""
+    """The Prefect table artifact of the sweep's trials."""
     rows = markdown.trials_table(synthetic_sweep(), ASHA)
     assert [row["trial"] for row in rows] == ["trial 00 (best)", "trial 01", "trial 02", "trial 03"]
     first = rows[0]

@@ -1,4 +1,4 @@
-"""MLflow's Source / Created by for a pipeline run (issue 33 item 4)."""
+"""MLflow's Source / Created by for a pipeline run."""
 
 from __future__ import annotations
 

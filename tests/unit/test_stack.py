@@ -1,6 +1,6 @@
 """Our glue around the local stack, without servers: port conflicts, `up` twice, `down` touching
 only what was recorded, the CLI picking up the stack's URLs, and the messages for unreachable
-services (issue 3; issue 5 case 9). The real servers: tests/e2e/test_local_stack.py."""
+services. The real servers: tests/e2e/test_local_stack.py."""
 
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ def test_a_stale_state_file_is_ignored(home, sleepers):
     assert "PREFECT_API_URL" not in os.environ
 
 
-# --------------------------------------------------------- issue 5 case 9: unreachable services
+# --------------------------------------------------------- unreachable services
 
 
 def test_prefect_api_down_names_the_url_and_the_fix(monkeypatch):
@@ -323,7 +323,7 @@ def _state_on(host: str, port: int) -> stack_state.StackState:
     ],
 )
 def test_prefect_ui_announces_the_api_on_the_port_and_host_up_was_given(host, expected):
-    """Issue 33 item 6: the server's /ui-settings announced 127.0.0.1:4200 whatever --port was."""
+    """The server's /ui-settings announced 127.0.0.1:4200 whatever --port was."""
     caller = {"PREFECT_API_URL": "http://elsewhere:1/api", "PREFECT_UI_API_URL": "http://old/api"}
     env = stack.prefect_server_environment(caller, _state_on(host, 4291))
     assert env["PREFECT_SERVER_UI_API_URL"] == expected

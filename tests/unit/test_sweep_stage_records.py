@@ -1,4 +1,4 @@
-"""The sweep stage's MLflow records without a sweep (issue 33 item 2): the search space as
+"""The sweep stage's MLflow records without a sweep: the search space as
 readable JSON, rounded figures, trial runs found by their trial-id tag."""
 
 from __future__ import annotations

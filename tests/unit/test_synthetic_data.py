@@ -1,4 +1,4 @@
-"""The real-size generators (issue 16): seeded, independent of the file layout, learnable, and
+"""The real-size generators: seeded, independent of the file layout, learnable, and
 written chunk by chunk; ``trainflow make-data`` writes them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Free text as a feature (issue 31, items 1 and 6): a text column is a used role (inferred or
+"""Free text as a feature: a text column is a used role (inferred or
 declared), and the transform's ``text`` step hashes it into a bag of word and character n-grams:
 deterministic in any process, importable with numpy and pandas alone, one clear error for values
 that are not text."""

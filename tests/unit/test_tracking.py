@@ -91,7 +91,7 @@ def test_experiment_artifacts_under_home(tracker, home):
         f"mlflow ui --backend-store-uri {default_tracking_uri()} --host 127.0.0.1 --port 5000"
     )
     assert ui.run_url(tracker, "abc") is None
-    # Issue 33 item 1: the embedded store gets the command, then a link into the training view.
+    # The embedded store gets the command, then a link into the training view.
     runs = f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs"
     assert ui.runs_url(tracker) == f"{runs}?workflowType=machine_learning"
     assert ui.how_to_open(tracker, ui.run_page_url(tracker, "abc")) == (
@@ -404,7 +404,7 @@ def test_close_unfinished_leaves_nothing_running(tracker):
 
 
 def test_tune_callback_one_finished_run_per_trial(tracker):
-    """Issue 33 item 2: a trial run holds the model's metrics per epoch (step = epoch), its
+    """A trial run holds the model's metrics per epoch (step = epoch), its
     values as params, a short name and its trial id; none of Tune's or the loop's bookkeeping,
     no Ray ``trial_name`` tag, and a mid-epoch checkpoint's report logs nothing."""
     from training.tracking.sweep_runs import tune_callback
@@ -487,7 +487,7 @@ def test_log_and_register_model(registered):
     # logging the model must not end the caller's run
     assert tracker.client.get_run(registered["run"]).info.status == "RUNNING"
 
-    # Issue 33 item 3: the logged model is named after the registered model.
+    # The logged model is named after the registered model.
     logged = tracker.client.get_logged_model(info.model_id)
     assert logged.name == "unit-registered" and logged.source_run_id == registered["run"]
     for uri in (
@@ -507,7 +507,7 @@ def test_log_and_register_model(registered):
 
 
 def test_the_logged_models_files_name_no_build_path(registered, tmp_path):
-    """Issue 33 item 3: MLmodel names the entry script and the state file inside the model,
+    """MLmodel names the entry script and the state file inside the model,
     not the temporary directory they were built in (gone once the model is logged)."""
     from training.tracking.flavour import download_model
 
@@ -685,7 +685,7 @@ def test_a_slow_server_gets_one_create_run_not_a_retried_duplicate(monkeypatch):
 
 
 def test_parent_run_leaves_swept_keys_for_the_champion_and_passes_its_source_down(home):
-    """Issue 33 item 4: the parent run's params are the champion's (a default logged first
+    """The parent run's params are the champion's (a default logged first
     could never change), and Source / Created by reach every child run."""
     from training.stages.sweep import champion_params
     from training.tracking.store import configure

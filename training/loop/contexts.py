@@ -113,8 +113,8 @@ class TrainContext(_RayReporting):
         # Page-locked host chunks make the copy to the GPU asynchronous (use_gpu only).
         self._pin_memory = pin_memory
         # Batches are moved here, not left to DDP: one worker's model is not wrapped in DDP,
-        # and nothing else would move its inputs (CPU batches met a GPU model: issue 16's
-        # ResNet-18 run on a GPU).
+        # and nothing else would move its inputs (CPU batches met a GPU model in
+        # a ResNet-18 run on a GPU).
         self._device = device or torch.device("cpu")
         self._cache: dict[str, dict[str, torch.Tensor] | None] = {}
         context = ray.train.get_context()
@@ -142,7 +142,7 @@ class TrainContext(_RayReporting):
         row_bytes = spec.row_bytes
         rows = settings.get("split_rows") or {}
         # A shard read once (one epoch: one pass of train, one of val) is streamed: a cache would
-        # hold up to shard_cache_mb per split per worker for nothing (issue 16's 10M-row run).
+        # hold up to shard_cache_mb per split per worker for nothing (the 10M-row run).
         cache_mb = int(train["shard_cache_mb"]) if int(train["max_epochs"]) > 1 else 0
         if train["use_gpu"]:
             import ray.train.torch

@@ -36,7 +36,7 @@ TARGET = "target"
 PREDICTED = "prediction"
 # The ROC and PR curves are drawn from at most this many rows (a seeded sample): MLflow's curve
 # code keeps every threshold and plots every point, and on a 1.5M-row test split that took 21 s
-# and 1.7 GiB in the driver (issue 16); 100,000 rows draw the same curves in ~4 s and ~280 MiB.
+# and 1.7 GiB in the driver; 100,000 rows draw the same curves in ~4 s and ~280 MiB.
 CURVE_ROWS = 100_000
 
 
