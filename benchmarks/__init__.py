@@ -3,7 +3,7 @@ our speed against the limit, side by side.
 
 ``python -m benchmarks`` (or ``make bench``) runs them all; ``--only B1,B3`` selects, ``--smoke``
 shrinks every size. Each benchmark writes ``benchmarks/results/<ID>.json`` and the summary table
-of ``docs/benchmarks.md`` is regenerated from those files. See docs/benchmarks.md.
+of ``docs/benchmark-figures.md`` is regenerated from those files. See docs/benchmarks.md.
 
 Importing this package is cheap: the benchmark modules import Ray, torch and the pipeline only
 inside their ``run`` functions.
@@ -41,7 +41,7 @@ def load(bench_id: str) -> ModuleType:
 
 
 def figure_specs() -> list:
-    """Every benchmark's table rows, in order (for docs/benchmarks.md)."""
+    """Every benchmark's table rows, in order (for docs/benchmark-figures.md)."""
     specs = []
     for bench_id in BENCHMARKS:
         specs.extend(load(bench_id).FIGURES)

@@ -1,4 +1,4 @@
-"""``python -m benchmarks``: run B1-B7, write results/*.json, regenerate docs/benchmarks.md.
+"""``python -m benchmarks``: run B1-B7, write results/*.json, regenerate docs/benchmark-figures.md.
 
 Each benchmark runs in a child process of its own (a fresh local Ray instance, a private
 trainflow home in a temporary directory, a time limit); a failure is recorded in that
@@ -32,7 +32,7 @@ from benchmarks.common import REPO_ROOT, Context, configure_process, remove, sto
 
 B11_SIZE_ENV = "TRAINFLOW_B11_SIZE"  # read by benchmarks.b11_lm_throughput (not imported here)
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
-DOCS = REPO_ROOT / "docs" / "benchmarks.md"
+DOCS = REPO_ROOT / "docs" / "benchmark-figures.md"
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -51,7 +51,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--docs",
         type=Path,
         default=None,
-        help="markdown file whose table to regenerate (default docs/benchmarks.md for a full "
+        help="markdown file whose table to regenerate (default docs/benchmark-figures.md for a full "
         "run; a smoke run touches no docs unless given)",
     )
     parser.add_argument("--no-docs", action="store_true", help="leave the docs alone")

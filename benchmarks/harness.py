@@ -3,7 +3,7 @@
 Nothing here knows about trainflow: the benchmark modules (``b1_...`` to ``b7_...``) do the work
 and hand back figures; this module orders the repetitions (A B A B ...), summarises samples
 (median of >= 3, spread), checks targets, writes ``benchmarks/results/<ID>.json`` and renders the
-summary table of ``docs/benchmarks.md`` from those files.
+summary table of ``docs/benchmark-figures.md`` from those files.
 """
 
 from __future__ import annotations
@@ -536,7 +536,7 @@ def update_docs(
     include_smoke: bool = False,
     template: str = "",
 ) -> str:
-    """Regenerate the tables of ``docs/benchmarks.md`` in place; return the new text."""
+    """Regenerate the tables of ``docs/benchmark-figures.md`` in place; return the new text."""
     path = Path(path)
     text = path.read_text() if path.exists() else template
     text = replace_between(

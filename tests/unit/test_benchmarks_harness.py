@@ -427,8 +427,8 @@ def test_cli_selection_and_output_dirs():
 
 
 def test_docs_table_matches_the_committed_results():
-    """docs/benchmarks.md's table is what the harness renders from benchmarks/results/."""
-    docs = (REPO_ROOT / "docs" / "benchmarks.md").read_text()
+    """docs/benchmark-figures.md's table is what the harness renders from benchmarks/results/."""
+    docs = (REPO_ROOT / "docs" / "benchmark-figures.md").read_text()
     results = h.load_results(REPO_ROOT / "benchmarks" / "results")
     table = h.render_table(figure_specs(), results)
     assert f"{h.TABLE_START}\n{table}\n{h.TABLE_END}" in docs
