@@ -20,6 +20,8 @@ from trainflow.render import summary_lines
 from trainflow.runlog import CommandLog, logged_to_file
 from trainflow.schedule_commands import app as schedule_app
 from training.errors import ConfigError, TrainflowError
+from training.metrics import is_count
+from training.report.trials import fmt_metric
 
 if TYPE_CHECKING:
     from trainflow.prefect_server import EarlyTemporaryServer
@@ -228,7 +230,8 @@ def evaluate(
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in result.metrics.items():
-        table.add_row(key.replace("test_", f"{split}_"), f"{value:.4f}")
+        shown = fmt_metric(value, key) if is_count(key) else f"{value:.4f}"
+        table.add_row(key.replace("test_", f"{split}_"), shown)
     console.print(table)
 
 
