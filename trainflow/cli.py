@@ -94,9 +94,11 @@ def run(
         stack_commands.trigger_deployment(deployment, config_file, overrides)
         return
     config = _load(config_file, overrides, **{"ray.address": ray_address})
-    if config.model.kind in ("custom", "hf"):  # a bad model fails fast, before anything starts
-        from training.stages.preflight import check_model_now
+    # Bad data or a bad model fails fast, before anything starts.
+    from training.stages.preflight import check_data_now, check_model_now
 
+    check_data_now(config)
+    if config.model.kind in ("custom", "hf"):
         check_model_now(config)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
     check_prefect_api()
