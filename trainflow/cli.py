@@ -20,6 +20,8 @@ from trainflow.render import summary_lines
 from trainflow.runlog import CommandLog, logged_to_file
 from trainflow.schedule_commands import app as schedule_app
 from training.errors import ConfigError, TrainflowError
+from training.metrics import is_count
+from training.report.trials import fmt_metric
 
 if TYPE_CHECKING:
     from trainflow.prefect_server import EarlyTemporaryServer
@@ -92,9 +94,11 @@ def run(
         stack_commands.trigger_deployment(deployment, config_file, overrides)
         return
     config = _load(config_file, overrides, **{"ray.address": ray_address})
-    if config.model.kind in ("custom", "hf"):  # a bad model fails fast, before anything starts
-        from training.stages.preflight import check_model_now
+    # Bad data or a bad model fails fast, before anything starts.
+    from training.stages.preflight import check_data_now, check_model_now
 
+    check_data_now(config)
+    if config.model.kind in ("custom", "hf"):
         check_model_now(config)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
     check_prefect_api()
@@ -228,7 +232,8 @@ def evaluate(
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in result.metrics.items():
-        table.add_row(key.replace("test_", f"{split}_"), f"{value:.4f}")
+        shown = fmt_metric(value, key) if is_count(key) else f"{value:.4f}"
+        table.add_row(key.replace("test_", f"{split}_"), shown)
     console.print(table)
 
 

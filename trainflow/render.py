@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from training.report.trials import fmt
+from training.report.trials import fmt, fmt_metric
 from training.tune.trials import count_fates, format_value
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def summary_lines(summary: RunSummary, log_path: str | None = None) -> list[str]
             )
         )
     rows += [
-        ("test", " · ".join(f"{k} {fmt(v)}" for k, v in summary.test_metrics.items())),
+        ("test", " · ".join(f"{k} {fmt_metric(v, k)}" for k, v in summary.test_metrics.items())),
         (
             "model",
             f"{model.name} version {model.version} · gate: {model.decision} · champion: "

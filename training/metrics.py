@@ -27,6 +27,17 @@ def direction(metric: str) -> Mode:
     return "min" if name.endswith(_LOWER_IS_BETTER) else "max"
 
 
+# Metrics that count (test_rows, a language model's test_tokens, a class's support): MLflow keeps
+# every metric as a float; tables show these as whole numbers (44,944, not 4.494e+04).
+_COUNTS = frozenset({"rows", "samples", "epochs", "steps", "tokens", "support"})
+
+
+def is_count(metric: str) -> bool:
+    """Whether ``metric`` counts something (``test_rows``, ``rows train``): a whole number."""
+    name = metric.rsplit(".", 1)[-1].lower()
+    return not _COUNTS.isdisjoint(name.replace(" ", "_").split("_"))
+
+
 def gain(new: float, old: float, mode: Mode) -> float:
     """How much better ``new`` is than ``old`` (negative: worse), whichever way ``mode`` runs."""
     return new - old if mode == "max" else old - new

@@ -193,3 +193,17 @@ def test_a_small_vocabulary_builds_without_gpt2s_token_ids_and_without_a_warning
     assert (built.bos_token_id, built.eos_token_id, built.pad_token_id) == (None, None, 0)
     assert [message for message in warned if "_token_id" in message] == []
     assert lm_config({"model_type": "gpt2", "n_layer": 1}, pad_id=0).eos_token_id == 50256
+
+
+def test_the_drivers_check_resolves_a_small_vocabulary_without_a_warning(monkeypatch):
+    """``trainflow run`` checks an hf model before its log file takes the libraries' output:
+    the architecture it resolves has no bos/eos past the vocabulary for transformers to warn
+    about on the console."""
+    from transformers import configuration_utils
+
+    from training.stages.preflight import check_hf
+
+    warned = []
+    monkeypatch.setattr(configuration_utils.logger, "warning_once", warned.append)
+    check_hf(validate_config(_lm()))  # the driver's check of `trainflow run`
+    assert [message for message in warned if "_token_id" in message] == []

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from rich.console import Console
 
@@ -14,6 +16,8 @@ from flows.quiet_errors import DropTracebackOfOurErrors
 from trainflow.progress_view import ProgressView
 from training import progress
 from training.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _view(live: bool = False, every: float = 30.0) -> tuple[ProgressView, io.StringIO]:
@@ -167,3 +171,37 @@ def test_sweep_progress_ranks_trials_by_their_latest_value_as_the_outcome_does(c
     last = caplog.records[-1].getMessage()
     assert "1/2 trials done (1 stopped early, 0 errored), 1 running" in last
     assert "best val_accuracy 0.7000 (trial 01)" in last
+
+
+def test_trainflow_run_prints_the_log_files_path_first(tmp_path):
+    """`trainflow run --config configs/lm.yaml` up to the run itself: the config, the driver's
+    check of its Hugging Face model (transformers resolves the architecture) and the log file.
+    Nothing a library prints may come before the line naming the log file; the pipeline is
+    replaced by an exit (Ray, Prefect and MLflow would start there)."""
+    script = textwrap.dedent(
+        """
+        import sys
+        import typer
+        from trainflow import cli
+
+        def the_pipeline(config, run_id):
+            raise typer.Exit(0)
+
+        cli._run_pipeline = the_pipeline
+        sys.argv = ["trainflow", "run", "--config", "configs/lm.yaml"]
+        cli.main()
+        """
+    )
+    env = {**os.environ, "TRAINFLOW_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream: the order the user sees
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines and lines[0].startswith("trainflow run: libraries log to "), proc.stdout

@@ -496,6 +496,35 @@ def test_summary_markdown_has_every_part():
     assert "## Sweep" not in markdown.summary_markdown(summary)
 
 
+def test_counts_read_as_whole_numbers_in_every_medium(tmp_path):
+    """MLflow keeps every metric as a float: test_rows 44944.0 reads 44,944, as the summary's
+    row counts do, on the console, in the markdown artifacts and in the HTML report."""
+    from trainflow.render import summary_lines
+
+    summary = synthetic_summary()
+    summary.data.rows = {"train": 179_776, "val": 44_944, "test": 44_944}
+    summary.test_metrics = {"test_accuracy": 0.95, "test_rows": 44944.0, "test_tokens": 1.2e6}
+    (line,) = [line for line in summary_lines(summary) if line.startswith("test ")]
+    assert line.endswith("test_accuracy 0.95 · test_rows 44,944 · test_tokens 1,200,000")
+    text = markdown.summary_markdown(summary)
+    assert "| test_rows | 44,944 |" in text and "| val | 44,944 |" in text
+    assert "test_rows = 44,944, test_tokens = 1,200,000" in markdown.report_markdown(summary, "x")
+    assert "test_rows = 44,944" in markdown.parent_run_note(summary, {})
+    page = html.report_html(summary, report_config(), {}, per_class=PER_CLASS)
+    assert "<tr><th>test_rows</th><td>44,944</td></tr>" in page
+    assert "<tr><th>rows train</th><td>179,776</td></tr>" in page
+    assert "e+0" not in " ".join([*summary_lines(summary), text, page])
+
+
+def test_only_whole_counts_lose_their_decimals():
+    assert trials.fmt_metric(44944.0, "test_rows") == "44,944"
+    assert trials.fmt_metric(3, "support") == "3"
+    assert trials.fmt_metric(12.5, "test_rows") == "12.5"  # not a whole number: as it is
+    assert trials.fmt_metric(44944.0, "test_perplexity") == "4.494e+04"  # not a count
+    assert trials.fmt_metric(1.0, "test_accuracy") == "1"
+    assert trials.fmt_metric("a / b", "epochs spent / budget") == "a / b"
+
+
 LOCAL_RUN_LINK = "http://127.0.0.1:5000/#/experiments/1/runs/p123?workflowType=machine_learning"
 
 

@@ -98,6 +98,18 @@ def _decoded(piece, plan: Plan, endpoint_url: str | None):
     return with_decoded_paths(piece, plan, endpoint_url) if plan.image_root else piece
 
 
+def count_missing_labels(files: list[str], plan: Plan, endpoint_url: str | None) -> tuple[int, int]:
+    """(rows without a label, rows) of the files, reading only the label column."""
+    from training.data.rows import missing_labels
+
+    missing = rows = 0
+    for file in files:
+        for piece in _pieces(file, plan, endpoint_url, [plan.label], [""]):
+            missing += int(missing_labels(piece.column(0).to_pandas()).sum())
+            rows += piece.num_rows
+    return missing, rows
+
+
 def locate_missing_labels(files: list[str], plan: Plan, endpoint_url: str | None) -> str | None:
     """The first file (with row group and row) holding a row without a label, or None.
 

@@ -18,7 +18,7 @@ from training.data.task import MAX_CLASSES, REGRESSION, choose_task
 from training.errors import DataValidationError
 from training.manifest import SPLITS, FeatureSpec
 
-__all__ = ["MAX_CLASSES", "feature_spec", "validate"]
+__all__ = ["MAX_CLASSES", "feature_spec", "missing_labels_error", "validate"]
 
 
 def _sorted_classes(values: set) -> list[Any]:
@@ -96,13 +96,7 @@ def _check_values(
             "data with rows"
         )
     if stats.null_labels:
-        # The summary counts them over the whole table; the driver finds the first one.
-        first = locate_missing_labels(files, plan, endpoint_url)
-        where = f" (the first in {first})" if first else ""
-        raise DataValidationError(
-            f"{stats.null_labels} of {stats.rows} rows have no value in label column "
-            f"{data.label_column!r}{where}; drop or fill those rows before training"
-        )
+        raise missing_labels_error(stats.null_labels, stats.rows, files, plan, endpoint_url)
     if data.missing == "impute" and not plan.image:
         if stats.infinite:
             detail = ", ".join(f"{k!r}: {v}" for k, v in list(stats.infinite.items())[:10])
@@ -119,6 +113,20 @@ def _check_values(
     if len(stats.widths) > 1:
         raise ragged(plan.image, stats.widths)
     check_image_shape(data.image_shape, next(iter(stats.widths)), plan.image)
+
+
+def missing_labels_error(
+    missing: int, rows: int, files: list[str], plan: Plan, endpoint_url: str | None
+) -> DataValidationError:
+    """The error for ``missing`` of ``rows`` rows without a label, naming the first of them."""
+    # Counted over the whole table (the summary pass, or the label column alone); the driver
+    # finds the first one.
+    first = locate_missing_labels(files, plan, endpoint_url)
+    where = f" (the first in {first})" if first else ""
+    return DataValidationError(
+        f"{missing} of {rows} rows have no value in label column {plan.label!r}{where}; drop "
+        "or fill those rows before training"
+    )
 
 
 def _check_classes(totals: dict[Any, int], data: DataConfig) -> None:

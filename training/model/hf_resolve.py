@@ -27,12 +27,16 @@ def _unreachable(key: str, name: str, exc: BaseException, what: str = "model") -
 
 def architecture(hf: HFConfig) -> Any:
     """The model's transformers config: ``AutoConfig.for_model(**config)`` or the pretrained
-    model's own."""
+    model's own. A config dict's bos/eos ids past its vocabulary are None, as the model is
+    built (``causal_lm.lm_config``): built with them, transformers warns on the console before
+    the run's log file takes the libraries' output."""
     from transformers import AutoConfig
+
+    from training.model.trainflow_pyfunc.causal_lm import ids_past_the_vocabulary
 
     if hf.config is not None:
         try:
-            return AutoConfig.for_model(**hf.config)
+            return AutoConfig.for_model(**{**hf.config, **ids_past_the_vocabulary(hf.config)})
         except (ValueError, TypeError, KeyError) as exc:
             raise ConfigError(
                 f"model.hf.config does not make a transformers config: {one_line(exc)}; give "

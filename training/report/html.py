@@ -14,7 +14,7 @@ from training.metrics import direction
 from training.platform.secrets import redact
 from training.report.plots import evaluation_plots, learning_curves_png, regression_plots
 from training.report.sweep_plots import sweep_plots
-from training.report.trials import fmt, is_number, swept_params
+from training.report.trials import fmt, fmt_metric, is_number, swept_params
 from training.tune.trials import FATES, TrialRow, format_value, sweep_saving, trial_rows
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ def _environment():
         lstrip_blocks=True,
     )
     env.filters["fmt"] = fmt
+    env.filters["fmt_metric"] = fmt_metric
     env.filters["format_value"] = format_value
     return env
 

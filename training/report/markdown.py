@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from training.metrics import direction
-from training.report.trials import fmt
+from training.report.trials import fmt, fmt_metric
 from training.tune.trials import count_fates, sweep_saving, trial_rows
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def summary_markdown(summary: RunSummary) -> str:
         "",
         "| split | rows |",
         "|---|---|",
-        *(f"| {split} | {rows} |" for split, rows in data.rows.items()),
+        *(f"| {split} | {rows:,} |" for split, rows in data.rows.items()),
         "",
         f"Data `{data.source}`, fingerprint `{data.fingerprint}`"
         + (" (preprocessing reused from cache)" if data.preprocess_cached else ""),
@@ -48,7 +48,7 @@ def summary_markdown(summary: RunSummary) -> str:
         "",
         "| metric | value |",
         "|---|---|",
-        *(f"| {k} | {fmt(v)} |" for k, v in summary.test_metrics.items()),
+        *(f"| {k} | {fmt_metric(v, k)} |" for k, v in summary.test_metrics.items()),
         "",
         "## Model",
         "",
@@ -96,7 +96,8 @@ def report_markdown(summary: RunSummary, report_location: str) -> str:
             + (f" ({saving:.0%} saved by ASHA)" if saving is not None else "")
         )
     lines += [
-        "- test: " + ", ".join(f"{k} = {fmt(v)}" for k, v in summary.test_metrics.items()),
+        "- test: "
+        + ", ".join(f"{k} = {fmt_metric(v, k)}" for k, v in summary.test_metrics.items()),
         f"- model `{model.name}` version {model.version}: gate **{model.decision}**",
         "",
         f"Full report (config, data, sweep table, plots, metrics, gate): {report_location}",
@@ -141,7 +142,9 @@ def parent_run_note(summary: RunSummary, links: dict[str, str]) -> str:
             "",
         ]
     lines += [
-        "Test: " + ", ".join(f"{k} = {fmt(v)}" for k, v in summary.test_metrics.items()) + ".",
+        "Test: "
+        + ", ".join(f"{k} = {fmt_metric(v, k)}" for k, v in summary.test_metrics.items())
+        + ".",
         "",
         f"Model `{model.name}` version {model.version}: gate **{model.decision}**.",
         "",

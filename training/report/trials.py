@@ -8,6 +8,8 @@ import numbers
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from training.metrics import is_count
+
 if TYPE_CHECKING:
     from training.tune.outcome import TrialSummary
 
@@ -24,6 +26,14 @@ def is_number(value: Any) -> bool:
 def fmt(value: Any) -> str:
     """A value in a table: four significant digits for floats, ``str`` for the rest."""
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def fmt_metric(value: Any, name: str) -> str:
+    """A named value in a table: a count (:func:`training.metrics.is_count`) as a whole number
+    with thousands separators, as the summary's row counts read; anything else as :func:`fmt`."""
+    if is_count(name) and is_number(value) and float(value).is_integer():
+        return f"{int(value):,}"
+    return fmt(value)
 
 
 def swept_params(trials: Iterable[TrialSummary]) -> list[str]:

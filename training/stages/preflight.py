@@ -1,5 +1,6 @@
 """The driver's check of a custom model before any Ray worker starts (``model.kind: custom``),
-and of a Hugging Face model (``model.kind: hf``: it loads, its tokenizer fits).
+and of a Hugging Face model (``model.kind: hf``: it loads, its tokenizer fits); and the input's
+checks that need no cluster, for the CLI before anything starts (:func:`check_data_now`).
 
 The factory needs the data's shape and outputs; preprocessing (Ray Data) has not run yet, so
 they come from what the driver can read cheaply: a finished preprocessing output of the same
@@ -9,13 +10,22 @@ one read of the label column alone (its distinct values are the classes).
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from training.config import PipelineConfig
 from training.errors import ConfigError
 from training.manifest import Manifest
-from training.model.factory import ModelSpec, check_factory
-from training.storage import filesystem
+from training.storage import filesystem, is_remote
+
+# torch: imported by the checks that build a model, not by the CLI's check of the data.
+if TYPE_CHECKING:
+    from training.model.factory import ModelSpec
+
+#: CSV and JSON files are parsed whole to read one column: their labels are read before
+#: anything starts only below this size (parsing it takes well under a second); above, the
+#: summary pass finds the rows without a label. A parquet file's label column is read alone.
+LABELS_OF_TEXT_FILES_BELOW_BYTES = 64 * 1024**2
 
 
 def swept_params(config: PipelineConfig) -> dict[str, Any]:
@@ -67,6 +77,34 @@ def check_strategy(config: PipelineConfig) -> None:
         )
 
 
+def check_data_now(config: PipelineConfig) -> None:
+    """The input's checks that need no cluster, for the CLI before Prefect, MLflow or Ray start
+    (a second, not the half minute their start-up takes); the flow checks again. ``data.source``
+    names files in a format trainflow reads, their footers or headers hold the columns, and no
+    row lacks a label where the label column is cheap to read. A bundled data set is
+    trainflow's own; a remote source is left to the flow, whose retries reach the endpoint."""
+    from training.data.diagnose import count_missing_labels
+    from training.data.formats import IMAGES
+    from training.data.inputs import input_format, resolve_inputs
+    from training.data.schema import check_schema
+
+    data = config.data
+    if data.source.startswith("builtin:") or is_remote(data.source):
+        return
+    files = resolve_inputs(data)
+    fmt = input_format(data, files)
+    plan = check_schema(data, files, fmt, None)
+    if fmt == IMAGES:  # an image's label is its class folder
+        return
+    if fmt != "parquet" and sum(map(os.path.getsize, files)) >= LABELS_OF_TEXT_FILES_BELOW_BYTES:
+        return
+    missing, rows = count_missing_labels(files, plan, None)
+    if missing:
+        from training.data.validate import missing_labels_error
+
+        raise missing_labels_error(missing, rows, files, plan, None)
+
+
 def check_model_now(config: PipelineConfig) -> None:
     """The same check from the config alone, for the CLI before Prefect, MLflow or Ray start
     (seconds, not the half minute their start-up takes); the flow checks again."""
@@ -77,6 +115,7 @@ def check_model_now(config: PipelineConfig) -> None:
     if config.model.kind != "custom":
         return
     from training.data.inputs import resolve_inputs
+    from training.model.factory import check_factory
     from training.storage import StorageLayout
 
     endpoint = config.storage.endpoint_url
@@ -95,6 +134,7 @@ def check_model(config: PipelineConfig, files: list[str], fingerprint: str) -> N
     if config.model.kind != "custom":
         return
     from training.data.preprocess import load_manifest
+    from training.model.factory import check_factory
     from training.storage import StorageLayout
 
     layout = StorageLayout.from_config(config)
@@ -105,6 +145,8 @@ def check_model(config: PipelineConfig, files: list[str], fingerprint: str) -> N
 
 def preview_spec(config: PipelineConfig, files: list[str], manifest: Manifest | None) -> ModelSpec:
     """The spec the model will be built with, read on the driver."""
+    from training.model.factory import ModelSpec
+
     if manifest is not None:
         spec = manifest.spec
         return ModelSpec.of(spec.input_shape, spec.num_outputs, spec.task)

@@ -26,12 +26,12 @@ def lm_config(config: Mapping[str, Any], pad_id: int):
     from .hf import _NOT_ARCHITECTURE
 
     raw = {k: v for k, v in dict(config).items() if k not in _NOT_ARCHITECTURE}
-    built = AutoConfig.for_model(**{**raw, **_ids_past_the_vocabulary(raw)})
+    built = AutoConfig.for_model(**{**raw, **ids_past_the_vocabulary(raw)})
     built.pad_token_id = int(pad_id)
     return built
 
 
-def _ids_past_the_vocabulary(raw: Mapping[str, Any]) -> dict[str, None]:
+def ids_past_the_vocabulary(raw: Mapping[str, Any]) -> dict[str, None]:
     """bos/eos ids (given, or the architecture's defaults, e.g. GPT-2's 50256) that a smaller
     vocabulary does not have: None, passed to the build (a config built with them warns)."""
     from transformers import CONFIG_MAPPING
