@@ -51,8 +51,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--docs",
         type=Path,
         default=None,
-        help="markdown file whose table to regenerate (default docs/benchmark-figures.md for a full "
-        "run; a smoke run touches no docs unless given)",
+        help="markdown file whose tables to regenerate (default docs/benchmark-figures.md for a "
+        "full run; a smoke run touches no docs unless given)",
     )
     parser.add_argument("--no-docs", action="store_true", help="leave the docs alone")
     parser.add_argument("--render", action="store_true", help="only regenerate the docs table")
