@@ -4,8 +4,9 @@
     python -m benchmarks.measured_table --write    # replace the marked block in README and docs
 
 The result files come in a few shapes: the suite's ``trainflow-bench/1`` (B1-B8, one row per
-figure that has a goal), ``peer.json`` (benchmarks.peer_ratio), ``text-accuracy.json``
-(benchmarks.text_accuracy) and the GPU runs' files. Each shape is read by its own small
+figure that has a goal), ``peer.json`` (benchmarks.peer_ratio), ``suite.json``
+(benchmarks.suite_ratio), ``text-accuracy.json`` (benchmarks.text_accuracy) and the GPU runs'
+files. Each shape is read by its own small
 function; a file no function understands is an error, so a new result cannot silently drop out
 of the table.
 """
@@ -74,6 +75,24 @@ def _peer_rows(doc: dict[str, Any]) -> list[Row]:
     return [Row("peer", figure, value, date=doc["when"][:10])]
 
 
+def _suite_ratio_rows(doc: dict[str, Any]) -> list[Row]:
+    figure = "`make test` in a fresh clone, empty HOME ÷ the plain peer script, wall"
+    peer = sorted(doc["peer_s"])[len(doc["peer_s"]) // 2]
+    value = f"{format_value(doc['ratio'], 'x')} ({doc['suite_s'] / 60:.1f} min vs {peer:.1f} s)"
+    met = doc["ratio"] <= doc["goal_x"] and doc["exit_code"] == 0
+    return [
+        Row(
+            "suite",
+            figure,
+            value,
+            goal=f"≤ {doc['goal_x']}x, all pass",
+            met="yes" if met else "**no**",
+            date=doc["when"][:10],
+            machine=machine_label(doc["machine"]),
+        )
+    ]
+
+
 def _gpu_pipeline_rows(doc: dict[str, Any]) -> list[Row]:
     figure = "default pipeline wall, GPU (bf16, 1 worker) ÷ the same run on the CPUs"
     value = format_value(doc["gpu_over_cpu_wall"], "x")
@@ -124,6 +143,7 @@ def _text_accuracy_rows(doc: dict[str, Any]) -> list[Row]:
 # Result files other than the suite's, by file name.
 READERS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "peer.json": _peer_rows,
+    "suite.json": _suite_ratio_rows,
     "gpu.json": _gpu_pipeline_rows,
     "gpu-images.json": _gpu_images_rows,
     "gpu-eval.json": _gpu_eval_rows,

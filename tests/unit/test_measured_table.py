@@ -85,3 +85,22 @@ def test_write_replaces_only_the_block():
     assert mt.block_in(new) == "| new |"
     with pytest.raises(ValueError, match="markers"):
         mt.replace_block("# no markers\n", "| new |")
+
+
+def test_the_suite_ratio_row_holds_its_goal(tmp_path):
+    suite = {
+        "when": "2026-01-02 03:04:05",
+        "machine": {"cpus": 2, "memory_gib": 23.5, "platform": "x"},
+        "peer_s": [20.0, 21.0, 30.0],
+        "suite_s": 1260.0,
+        "ratio": 60.0,
+        "goal_x": 65,
+        "exit_code": 0,
+    }
+    (tmp_path / "suite.json").write_text(json.dumps(suite))
+    (row,) = mt.rows_of(tmp_path / "suite.json")
+    assert (row.source, row.goal, row.met) == ("suite", "≤ 65x, all pass", "yes")
+    assert row.value.startswith("60") and "(21.0 min vs 21.0 s)" in row.value
+    for change in ({"ratio": 70.0}, {"exit_code": 1}):
+        (tmp_path / "suite.json").write_text(json.dumps({**suite, **change}))
+        assert mt.rows_of(tmp_path / "suite.json")[0].met == "**no**"
