@@ -328,7 +328,8 @@ def nan_label_csv(home) -> Path:
 def test_user_errors_get_one_message_and_no_traceback(home, first_run, client, nan_label_csv, case):
     """A user error is one message naming the problem and the fix — on the console and
     in the flow run's Prefect logs and state — with no traceback anywhere, exit code 2, never
-    retried, and nothing left behind (no model version, no RUNNING MLflow run)."""
+    retried, and nothing left behind (no model version, no RUNNING MLflow run). A local input's
+    missing labels are refused by the CLI before the flow (and anything else) starts."""
     from cli_runner import free_port
 
     sets, expected = {
@@ -340,17 +341,22 @@ def test_user_errors_get_one_message_and_no_traceback(home, first_run, client, n
         ),
     }[case]
     before = client.search_model_versions("name='digits-smoke'")
+    newest_flow_run = _last_flow_run_logs(home)
     args = [item for pair in (("--set", s) for s in sets) for item in pair]
     proc = _run(home, "run", "--config", SMOKE, *args)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     for text in expected:
         assert text in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
-    assert "Retry" not in run_log_of(proc).read_text(errors="replace")  # never retried
-    state_message, logs = _last_flow_run_logs(home)
-    assert expected[0] in state_message, state_message
-    assert any(expected[0] in line for line in logs), logs
-    assert not [line for line in logs if "Traceback" in line], logs
+    if case == "NaN labels":  # refused before the flow: no flow run, no run log
+        assert _last_flow_run_logs(home) == newest_flow_run
+        assert "libraries log to" not in proc.stdout
+    else:
+        assert "Retry" not in run_log_of(proc).read_text(errors="replace")  # never retried
+        state_message, logs = _last_flow_run_logs(home)
+        assert expected[0] in state_message, state_message
+        assert any(expected[0] in line for line in logs), logs
+        assert not [line for line in logs if "Traceback" in line], logs
     after = client.search_model_versions("name='digits-smoke'")
     assert len(after) == len(before)
     experiment = client.get_experiment_by_name("trainflow-smoke")
