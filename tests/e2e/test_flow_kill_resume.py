@@ -158,6 +158,12 @@ def _registered_checkpoint(home: Path) -> str | None:
     return latest.get("checkpoint_dir_name")
 
 
+def _checkpoint_dirs(home: Path) -> set[str]:
+    """The final training's checkpoint directories on disk now (the kept ones)."""
+    train = home / "storage" / "runs" / RUN_ID / "train"
+    return {p.name for p in train.glob("checkpoint_*") if p.is_dir()} if train.is_dir() else set()
+
+
 def _mlflow(home: Path):
     from mlflow import MlflowClient
 
@@ -224,12 +230,12 @@ def sequence(home):
     facts["sigterm_log"] = flow.run_log()
 
     # 3. Resume; SIGINT (Ctrl-C) as soon as the training continued from that checkpoint: when
-    # Ray Train registers the next one. (Waiting for the worker's "resuming at epoch" line in
-    # the run log instead let the training end first under load: a worker's output reaches
-    # the driver's log seconds late, and a SIGINT after training is another case.)
-    stopped_at = _registered_checkpoint(home)
+    # its first new checkpoint directory appears. (The worker's "resuming at epoch" line reaches
+    # the driver's log seconds late under load, and Ray Train's snapshot file later still: the
+    # training could end first, and a SIGINT after training is another case.)
+    stopped_with = _checkpoint_dirs(home)
     flow = FlowProcess(home, *ARGS, "--resume", RUN_ID)
-    flow.wait_until(lambda: _registered_checkpoint(home) not in (None, stopped_at))
+    flow.wait_until(lambda: bool(_checkpoint_dirs(home) - stopped_with))
     flow.proc.send_signal(signal.SIGINT)
     facts["sigint"] = _stop_facts(flow, home, flow.wait(timeout=120))
     facts["sigint_log"] = flow.run_log()
