@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -15,17 +14,12 @@ from pathlib import Path
 import pytest
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def mlflow_server(home: Path, log_path: Path, artifacts: Path | None = None):
     """`mlflow server` with ``home``'s sqlite store (``home/mlflow.db``) and ``artifacts``
     (default ``home/mlartifacts``), yielding its URL; stopped (its process group) on exit."""
     from deployments.stack import mlflow_command, mlflow_server_environment
+    from training.platform.cluster import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -127,32 +127,29 @@ def test_read_split_streams_blocks_of_at_most_the_split_block_size(digits, monke
     assert _sample_ids(stored) == _sample_ids(ds)
 
 
-def test_a_split_keeps_its_order_only_as_the_trainer_ingests_it(digits, monkeypatch):
-    # Ray Data hands out blocks as their tasks finish unless told to preserve order: over a split
-    # of many blocks, a task that finishes last (here made slow, as load makes one) moves its
-    # rows to the end. Mid-epoch resume skips batches by position, so the trainer ingests with
-    # preserve_order (build_trainer), and a split iterated outside it must be too before
-    # positions compare (a fresh clone under load once saw the rows of the first block last).
+def test_a_split_keeps_its_order_as_the_trainer_ingests_it(digits, monkeypatch):
+    # Ray Data hands out blocks as their tasks finish unless told to preserve order (its default
+    # does not: test_the_trainer_ingests_splits_in_order): over a split of many blocks, a task
+    # that finishes last, as load makes one, moved the first block's rows (a fresh clone under
+    # load saw them at index 233). Mid-epoch resume skips batches by position, so the trainer
+    # ingests with preserve_order, and a split iterated outside it must be too before positions
+    # compare: then even a first block made the slowest keeps its place.
     from training.data import read
 
     manifest = digits[0]
     monkeypatch.setattr(read, "SPLIT_BLOCK_BYTES", 64 * 1024)
     stored = read.split_in_object_store(manifest, "train")
     assert stored.num_blocks() > 2
-    first = _sample_ids(stored)[0]
+    in_order = _sample_ids(stored)
+    first = in_order[0]
 
     def first_block_finishes_last(batch):
         if first in batch["sample_id"].to_pylist():
             time.sleep(3)
         return batch
 
-    def slowed():
-        return stored.map_batches(
-            first_block_finishes_last, batch_format="pyarrow", batch_size=None
-        )
-
-    assert _sample_ids(slowed(), ordered=False)[0] != first
-    assert _sample_ids(slowed()) == _sample_ids(stored)
+    slowed = stored.map_batches(first_block_finishes_last, batch_format="pyarrow", batch_size=None)
+    assert _sample_ids(slowed) == in_order
 
 
 def test_the_trainer_ingests_splits_in_order():
@@ -164,11 +161,11 @@ def test_the_trainer_ingests_splits_in_order():
     assert ray.train.DataConfig.default_ingest_options().preserve_order is False  # why we set it
 
 
-def _sample_ids(ds, ordered: bool = True) -> list[int]:
-    """The split's sample ids in the order the dataset yields them; ``ordered``: as the trainer
-    ingests it (preserve_order), the only order a position in the epoch may rely on."""
+def _sample_ids(ds) -> list[int]:
+    """The split's sample ids in the order the trainer ingests it (preserve_order), the only
+    order a position in the epoch may rely on."""
     ids = ds.select_columns(["sample_id"])
-    ids.context.execution_options.preserve_order = ordered
+    ids.context.execution_options.preserve_order = True
     return [row["sample_id"] for row in ids.iter_rows()]
 
 
