@@ -26,11 +26,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
-# The final training's epochs: room to stop it between two checkpoints. Since Train's controller
-# polls every 0.1 s an epoch of digits takes a fraction of a second: 5 epochs could end
-# before the SIGTERM that should interrupt them, and under `make test`'s load 30 did once (the
-# SIGINT step then resumed at epoch 31 of 30, with nothing left to interrupt).
-EPOCHS = 80
+# The final training's epochs: room to stop it twice between checkpoints. An epoch of digits
+# takes a fraction of a second, and a stop reaches the workers a few seconds after the signal
+# (5 epochs later on a quiet machine).
+EPOCHS = 50
 ARGS = ("--config", SMOKE, "--set", f"train.max_epochs={EPOCHS}")
 RUN_ID = "killme"
 OTHER_ID = "alongside"  # case 10: a second run at the same time as the last resume
@@ -147,15 +146,22 @@ def _furthest_by_trial_id(trials: dict[str, int]) -> dict[str, int]:
     return furthest
 
 
-def _registered_checkpoint(home: Path) -> str | None:
+def _registered(home: Path) -> dict:
     """The final training's latest checkpoint that Ray Train registered (a checkpoint
-    directory alone may never have been registered when the process died)."""
+    directory alone may never have been registered when the process died); {} if none."""
     snapshot = home / "storage" / "runs" / RUN_ID / "train" / "checkpoint_manager_snapshot.json"
     try:
-        latest = json.loads(snapshot.read_text()).get("latest_checkpoint_result") or {}
+        return json.loads(snapshot.read_text()).get("latest_checkpoint_result") or {}
     except (OSError, ValueError):
-        return None
-    return latest.get("checkpoint_dir_name")
+        return {}
+
+
+def _registered_checkpoint(home: Path) -> str | None:
+    return _registered(home).get("checkpoint_dir_name")
+
+
+def _registered_epoch(home: Path) -> int | None:
+    return _registered(home).get("metrics", {}).get("epoch")
 
 
 def _checkpoint_dirs(home: Path) -> set[str]:
@@ -226,6 +232,7 @@ def sequence(home):
     facts["trials_after_resume"] = _trials_reported(home)
     flow.proc.send_signal(signal.SIGTERM)
     facts["sigterm"] = _stop_facts(flow, home, flow.wait(timeout=120))
+    facts["sigterm"]["epoch"] = _registered_epoch(home)
     facts["sigterm_out"] = flow.output()
     facts["sigterm_log"] = flow.run_log()
 
@@ -238,6 +245,7 @@ def sequence(home):
     flow.wait_until(lambda: bool(_checkpoint_dirs(home) - stopped_with))
     flow.proc.send_signal(signal.SIGINT)
     facts["sigint"] = _stop_facts(flow, home, flow.wait(timeout=120))
+    facts["sigint"]["epoch"] = _registered_epoch(home)
     facts["sigint_log"] = flow.run_log()
 
     # 4. Resume to the end, while another run (case 10) runs at once in the same home.
@@ -304,10 +312,15 @@ def test_sigkill_mid_sweep_then_resume_restores_the_sweep(sequence):
 
 def test_sigterm_stops_cleanly(sequence):
     _check_clean_stop(sequence["sigterm"], 143, "terminated")
+    # The training stopped with the run, not at its end: sent at the first checkpoint, the
+    # SIGTERM once reached the workers only after all 80 epochs (Ray's wait for fit() drops
+    # Prefect's TerminationSignal).
+    assert sequence["sigterm"]["epoch"] < EPOCHS, sequence["sigterm"]
 
 
 def test_sigint_stops_cleanly(sequence):
     _check_clean_stop(sequence["sigint"], 130, "interrupted")
+    assert sequence["sigterm"]["epoch"] < sequence["sigint"]["epoch"] < EPOCHS, sequence
     # The training continued from the checkpoint the SIGTERMed process left.
     assert "trainflow: resuming at epoch" in sequence["sigint_log"]
 

@@ -71,3 +71,50 @@ def test_a_ctrl_c_after_fit_is_not_swallowed_by_its_handler():
     )
     assert "interrupted" in done.stdout, (done.stdout, done.stderr)
     assert "went on" not in done.stdout
+
+
+# During fit(): Prefect's task handler for SIGTERM raises an exception that Ray's wait drops;
+# inside the block a SIGTERM asks Ray Train's controller to abort (its Ctrl-C handler, which
+# fit() installs), and a second one, or one outside Train's window, exits at once.
+DURING_FIT = """
+import os, signal, time
+from training.platform import signals
+
+class TerminationSignal(BaseException): pass
+
+def prefects(number, frame): raise TerminationSignal
+signal.signal(signal.SIGTERM, prefects)
+with signals.sigterm_stops_ray_calls():
+    if {train_window}:
+        signal.signal(signal.SIGINT, lambda number, frame: print("abort asked", flush=True))
+    for _ in range({signals}):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+    print("fit returned", flush=True)
+print("prefect's handler back:", signal.getsignal(signal.SIGTERM) is prefects)
+"""
+
+
+def _during_fit(train_window: bool, signals: int) -> subprocess.CompletedProcess:
+    code = DURING_FIT.format(train_window=train_window, signals=signals)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_sigterm_during_fit_asks_train_to_abort_and_fit_returns():
+    done = _during_fit(train_window=True, signals=1)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "abort asked",
+        "fit returned",
+        "prefect's handler back: True",
+    ]
+
+
+@pytest.mark.parametrize(("train_window", "signals"), [(True, 2), (False, 1)])
+def test_a_second_sigterm_or_one_outside_trains_window_exits_at_once(train_window, signals):
+    done = _during_fit(train_window=train_window, signals=signals)
+    assert done.returncode == 143, (done.stdout, done.stderr)
+    assert "fit returned" not in done.stdout
+    assert done.stdout.count("abort asked") == (1 if train_window else 0)

@@ -258,7 +258,7 @@ def train_final(
             final=True,
         )
         try:
-            with signals.handlers_restored():
+            with signals.handlers_restored(), signals.sigterm_stops_ray_calls():
                 result = trainer.fit()
         except TrainingFailedError as exc:
             signals.stop_if_received()  # an interrupted fit is no failure

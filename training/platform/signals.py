@@ -62,6 +62,39 @@ def handlers_restored():
                 signal.signal(signum, handler)
 
 
+@contextlib.contextmanager
+def sigterm_stops_ray_calls():
+    """During a long Ray call of the main thread (a fit()): a SIGTERM stops it.
+
+    Prefect's engine puts its own SIGTERM handler in place for each task, which raises
+    TerminationSignal; Ray's wait for a result drops every exception of a handler but
+    KeyboardInterrupt and SystemExit, so a run SIGTERMed at epoch 1 of 80 trained on to epoch 80
+    before it stopped. Here the SIGTERM asks Ray Train's controller to abort, as its Ctrl-C
+    handler does (fit() then returns and ``stop_if_received`` stops the run), or, outside
+    Train's window or at a second SIGTERM, raises SystemExit at once.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigint_at_entry = signal.getsignal(signal.SIGINT)
+    previous = signal.getsignal(signal.SIGTERM)
+    asked: list[int] = []
+
+    def on_sigterm(number, frame):
+        train_abort = signal.getsignal(signal.SIGINT)  # Ray Train's, while fit() runs
+        if not asked and callable(train_abort) and train_abort is not sigint_at_entry:
+            asked.append(number)
+            train_abort(signal.SIGINT, frame)
+            return
+        raise SystemExit(128 + number)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def watch() -> None:
     """Remember a SIGTERM/SIGINT, then let the handler in place act on it.
 

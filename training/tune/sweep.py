@@ -239,7 +239,8 @@ def run_sweep(
                 verbose=0,
             ),
         )
-    grid = tuner.fit()
+    with signals.sigterm_stops_ray_calls():
+        grid = tuner.fit()
     signals.stop_if_received()  # a signal during fit() may leave it returning a partial grid
     return summarize(grid, config)
 
