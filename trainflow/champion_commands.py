@@ -76,7 +76,7 @@ def _announce(client, model: str, move: dict) -> None:
     """The same event a promoting run emits, for `trainflow notify`'s automation: with the gate's
     metric and value stored on the version that is champion again."""
     from flows.champion_events import champion_rolled_back
-    from training.tracking.gate import METRIC_TAG, VALUE_TAG
+    from training.gate.policy import METRIC_TAG, VALUE_TAG
 
     tags = client.get_model_version(model, move["to"]).tags
     value = tags.get(VALUE_TAG)

@@ -70,6 +70,6 @@ def _gate_detail(record: dict | None) -> str:
     """The gate's same-rows comparison, when it made one (`` · accuracy 0.98 vs ...``)."""
     if not record or record.get("champion") is None:
         return ""
-    from training.tracking.gate import GateRecord
+    from training.gate.policy import GateRecord
 
     return f" · {GateRecord(**record).headline}"

@@ -52,7 +52,7 @@ class ModelSummary:
     challenger_value: float
     champion_value: float | None  # the champion's value before the gate; None: none to compare
     aliases: list[str] = field(default_factory=list)
-    #: The gate's record (training.tracking.gate.GateRecord as a dict: metric, champion,
+    #: The gate's record (training.gate.policy.GateRecord as a dict: metric, champion,
     #: challenger, difference, interval, slices, verdict, reason); the flow publishes it as a
     #: table artifact. None: an older summary.
     gate_record: dict[str, Any] | None = None

@@ -15,7 +15,7 @@ import time
 import pandas as pd
 import pytest
 
-from training.tracking import gate
+from training.gate import policy as gate
 
 pytestmark = pytest.mark.integration
 NAME = "gate-digits"

@@ -1,5 +1,5 @@
 """Drift between two training splits (training.data.drift) and the gate's drift rule
-(training.tracking.gate_drift): known PSI values, references built from data, block and warn."""
+(training.gate.drift): known PSI values, references built from data, block and warn."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from training.data import drift
-from training.tracking import gate, gate_drift
+from training.gate import drift as gate_drift
+from training.gate import policy as gate
 
 
 def test_psi_of_known_shares():

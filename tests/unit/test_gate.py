@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from training.tracking.gate import (
+from training.gate.policy import (
     FIRST_MODEL,
     KEPT_CHAMPION,
     PROMOTED,
@@ -114,7 +114,7 @@ def test_version_tags_record_the_decision():
 
 def test_the_gate_needs_no_mlflow():
     code = (
-        "import sys, training.tracking.gate; print(sorted(m for m in sys.modules if 'mlflow' in m))"
+        "import sys, training.gate.policy; print(sorted(m for m in sys.modules if 'mlflow' in m))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from training.tracking.gate import (
+from training.gate.policy import (
     KEPT_CHAMPION,
     PROMOTED,
     RECORD_TAG,
@@ -17,7 +17,7 @@ from training.tracking.gate import (
     same_rows,
     version_tags,
 )
-from training.tracking.gate_stats import metric_of, paired_bootstrap, resampled_metric, slice_drops
+from training.gate.stats import metric_of, paired_bootstrap, resampled_metric, slice_drops
 
 
 def _two_classifiers(rows: int, champion_right: int, challenger_extra: int, seed: int = 0):

@@ -15,9 +15,9 @@ from training.data.summary import Stats, batch_summary
 from training.data.task import FLOAT_CLASSES_MAX, MAX_CLASSES, choose_task, label_kind
 from training.data.validate import feature_spec, validate
 from training.errors import ConfigError, DataValidationError
+from training.gate.policy import KEPT_CHAMPION, PROMOTED, Champion, decide
 from training.manifest import FeatureSpec
 from training.metrics import direction, for_task, regression_metrics
-from training.tracking.gate import KEPT_CHAMPION, PROMOTED, Champion, decide
 
 FEATURES = ["x1", "x2"]
 

@@ -9,9 +9,10 @@ import numpy as np
 
 from training.config import PipelineConfig
 from training.errors import ConfigError
+from training.gate import drift as gate_drift
+from training.gate import policy as gate
 from training.manifest import FeatureSpec
 from training.stages.evaluated import Evaluated
-from training.tracking import gate, gate_drift
 from training.tracking.champion_scoring import score_champion
 
 

@@ -6,7 +6,7 @@
 - ``flavour``: the model, shaped like MLflow's flavours: saved, logged and registered, found
   again by URI, loaded and scored (``signature``: its input example and schema).
 - ``registry``: registered versions described and promoted: the aliases move under ``lock`` as
-  the pure ``gate`` decides.
+  the gate (``training.gate``, pure) decides.
 - ``ui``: where a user looks (the MLflow UI's addresses).
 
 Every call names its run explicitly through an :class:`mlflow.MlflowClient` (Prefect tasks run in

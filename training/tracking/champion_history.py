@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from training.errors import TrainflowError
-from training.tracking import gate
+from training.gate import policy as gate
 from training.tracking.lock import registry_lock
 
 MOVE_PREFIX = "trainflow.champion_move."

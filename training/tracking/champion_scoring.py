@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from training.gate.policy import GateRecord
 from training.tracking import flavour
-from training.tracking.gate import GateRecord
 from training.tracking.runs import Tracker
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from training.config import registered_model_name
-from training.tracking import gate
+from training.gate import policy as gate
 from training.tracking.champion_history import record_move
 from training.tracking.lock import registry_lock
 from training.tracking.runs import Tracker, filter_literal
@@ -57,7 +57,7 @@ def promote(
 
     ``judge`` decides against a champion (the promote stage scores both on the same rows);
     without it the challenger's value is compared with the value stored on the champion
-    (:func:`training.tracking.gate.decide`). Either way it runs under the promotion lock."""
+    (:func:`training.gate.policy.decide`). Either way it runs under the promotion lock."""
     client = tracker.client
     name = registered_model_name(tracker.config)
     metric, min_delta = tracker.config.mlflow.gate.metric, tracker.config.mlflow.gate.min_delta

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from training.tracking.gate import KEPT_CHAMPION, Decision, GateRecord
+from training.gate.policy import KEPT_CHAMPION, Decision, GateRecord
 
 #: Drifted columns named in a reason (all of them are in the record).
 NAMED = 5

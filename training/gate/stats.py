@@ -3,7 +3,7 @@
 :func:`paired_bootstrap` resamples the rows (the same resample for both models, so the
 difference is paired) and computes every resample's metric at once, vectorised;
 :func:`slice_drops` finds the slices (a class, a value of a column) where the challenger is
-worse than the champion. No MLflow, no I/O: :mod:`training.tracking.gate` decides with them.
+worse than the champion. No MLflow, no I/O: :mod:`training.gate.policy` decides with them.
 """
 
 from __future__ import annotations

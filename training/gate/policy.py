@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from training.gate.stats import Paired
 from training.metrics import direction, gain
-from training.tracking.gate_stats import Paired
 
 FIRST_MODEL = "first-model"  # there was no champion
 PROMOTED = "promoted"  # better than the champion by more than min_delta, or it had no value
@@ -176,7 +176,7 @@ def same_rows(
 ) -> Decision:
     """Decide on both models' predictions of the same rows (labels, challenger's and
     champion's predictions, and the raw values of each slice column)."""
-    from training.tracking.gate_stats import paired_bootstrap, slice_drops
+    from training.gate.stats import paired_bootstrap, slice_drops
 
     paired = paired_bootstrap(
         rules.metric, labels, challenger, champion, rules.confidence, rules.samples, rules.seed
