@@ -6,7 +6,7 @@ Anchor: the very same functions of ``training.data`` (``batch_summary``, ``valid
 ``feature_spec``, ``output_rows``) driven by plain pyarrow/pandas in this one process:
 ``ParquetFile.iter_batches`` twice, ``pq.write_to_dataset`` partitioned by split. Data: 1x = the
 default data (scikit-learn's 1,797 digits), 10x and 100x = the digits tiled and jittered
-(``training.data.synthetic``), same columns.
+(``training.datasets.synthetic``), same columns.
 
 Second pair: one pass over the processed train split with ``Dataset.iter_torch_batches`` (as the
 training loop reads it: materialised, shuffled within chunks of batches) vs a torch

@@ -1,6 +1,6 @@
 """B8: ingest at real size: rows/s that reach the training loop, and preprocessing.
 
-Data: ``training.data.synthetic.write_table`` (N rows x 64 float32 features, 16 parquet files),
+Data: ``training.datasets.synthetic.write_table`` (N rows x 64 float32 features, 16 parquet files),
 preprocessed once by the pipeline's stage.
 
 Loop pair (same processed train split, same batch size, two passes, the second timed):

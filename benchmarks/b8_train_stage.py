@@ -45,7 +45,7 @@ OVERRIDES = {"train.num_workers": 1, "train.max_epochs": 1, "sweep.enabled": Fal
 
 def stage_table(directory: Path, rows: int, seed: int = 0) -> str:
     """``rows`` x 32 float32 features with a learnable label, 16 parquet files."""
-    from training.data.synthetic import write_table
+    from training.datasets.synthetic import write_table
 
     target = directory / f"table-{rows}-x{FEATURES}-s{seed}"
     if not target.exists():

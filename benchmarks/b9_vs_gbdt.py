@@ -176,7 +176,7 @@ def trees(manifest, seed: int = 0) -> dict[str, Any]:
 
 
 def _mixed_table(ctx: Context, rows: int) -> str:
-    from training.data.synthetic_mixed import write_mixed
+    from training.datasets.synthetic_mixed import write_mixed
 
     directory = ctx.scratch("mixed")
     write_mixed(str(directory), rows, 0, num_files=16)

@@ -104,12 +104,12 @@ def digits_file() -> str:
 def tabular_digits(directory: Path, scale: int, seed: int = 0) -> str:
     """``scale`` x the default data: digits-like 8x8 rows (tiled, jittered, noisy), same columns.
 
-    1x is the real digits file; larger scales are generated (``training.data.synthetic``), two files
-    from 10x on so that a parallel reader has one file per core.
+    1x is the real digits file; larger scales are generated (``training.datasets.synthetic``),
+    two files from 10x on so that a parallel reader has one file per core.
     """
     if scale == 1:
         return digits_file()
-    from training.data.synthetic import write_synthetic
+    from training.datasets.synthetic import write_synthetic
 
     target = directory / f"digits-x{scale}"
     if not target.exists():
@@ -126,7 +126,7 @@ def tabular_digits(directory: Path, scale: int, seed: int = 0) -> str:
 
 def image_data(directory: Path, rows: int, side: int = 28, seed: int = 0, files: int = 4) -> str:
     """``rows`` generated ``side`` x ``side`` images (column ``image``), in ``files`` files."""
-    from training.data.synthetic import write_synthetic
+    from training.datasets.synthetic import write_synthetic
 
     target = directory / f"images-{rows}x{side}"
     if not target.exists():
@@ -136,7 +136,7 @@ def image_data(directory: Path, rows: int, side: int = 28, seed: int = 0, files:
 
 def table_data(directory: Path, rows: int, seed: int = 0, files: int = 16) -> str:
     """``rows`` x 64 float32 features with a learnable label (``trainflow make-data``'s table)."""
-    from training.data.synthetic import write_table
+    from training.datasets.synthetic import write_table
 
     target = directory / f"table-{rows}-s{seed}-f{files}"
     if not target.exists():

@@ -303,7 +303,7 @@ def make_data(
     """Write a seeded synthetic data set (parquet, streamed chunk by chunk) to train on."""
     import time
 
-    from training.data import synthetic, synthetic_images, synthetic_mixed, synthetic_text
+    from training.datasets import synthetic, synthetic_images, synthetic_mixed, synthetic_text
 
     writers = {
         "table": synthetic.write_table,

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from cli_runner import run_cli
 
-from training.data.synthetic_images import write_digit_images
+from training.datasets.synthetic_images import write_digit_images
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -25,8 +25,8 @@ from cli_runner import TRAINFLOW, cli_env
 
 from benchmarks.harness import PeakSampler, kill_tree
 from benchmarks.memory_plot import write_memory_over_time
-from training.data.synthetic import write_table
-from training.data.synthetic_mixed import write_mixed
+from training.datasets.synthetic import write_table
+from training.datasets.synthetic_mixed import write_mixed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -266,7 +266,7 @@ def test_two_hundred_thousand_images_in_flat_memory(model, tmp_path_factory):
     ResNet-18 on a GPU), from local disk: summed PSS <= 1.5x the peak at 20,000 images, and
     below 8 GiB. The sweep's trials hold a sample bounded in memory (``sweep.sample_mb``), the
     training streams every image."""
-    from training.data.synthetic import write_color_images
+    from training.datasets.synthetic import write_color_images
 
     peaks, series = {}, {}
     for rows in (20_000, 200_000):

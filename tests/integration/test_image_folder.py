@@ -18,7 +18,7 @@ from training.data.inputs import fingerprint, input_format, resolve_inputs
 from training.data.preprocess import MANIFEST_FILE, preprocess
 from training.data.read import read_input
 from training.data.schema import check_schema
-from training.data.synthetic_images import write_digit_images
+from training.datasets.synthetic_images import write_digit_images
 from training.errors import DataValidationError
 from training.storage import StorageLayout
 

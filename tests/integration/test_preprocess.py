@@ -14,7 +14,7 @@ from training.config import DataConfig, PipelineConfig
 from training.data.inputs import fingerprint, resolve_inputs
 from training.data.preprocess import MANIFEST_FILE, load_manifest, preprocess
 from training.data.read import load_split_arrays, read_split
-from training.data.synthetic import write_synthetic
+from training.datasets.synthetic import write_synthetic
 from training.errors import DataValidationError
 from training.manifest import SPLITS
 from training.storage import StorageLayout

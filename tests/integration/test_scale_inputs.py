@@ -13,7 +13,7 @@ from training.config import DataConfig, PipelineConfig, SweepConfig
 from training.data.inputs import fingerprint, resolve_inputs
 from training.data.preprocess import preprocess
 from training.data.read import load_split_arrays
-from training.data.synthetic import synthetic_table, write_table
+from training.datasets.synthetic import synthetic_table, write_table
 from training.errors import DataValidationError
 from training.storage import StorageLayout
 from training.tune.sweep import sample_sizes
@@ -161,7 +161,7 @@ def test_other_numeric_widths_in_one_file_still_preprocess(ray_local, tmp_path):
 
 
 def test_generated_color_images_preprocess_as_3x32x32(ray_local, tmp_path):
-    from training.data.synthetic import write_color_images
+    from training.datasets.synthetic import write_color_images
 
     write_color_images(tmp_path / "img", 300, seed=0, num_files=3)
     config = PipelineConfig(

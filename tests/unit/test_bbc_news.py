@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from training.data.builtin import bbc_news_frame, ensure_bbc_news
-from training.data.synthetic_text import text_chunk, write_text
+from training.datasets.synthetic_text import text_chunk, write_text
 
 TOPICS = ["business", "entertainment", "politics", "sports", "tech"]
 

@@ -16,7 +16,7 @@ from training.data.diagnose import read_error
 from training.data.inputs import fingerprint, input_format, resolve_inputs
 from training.data.rows import transform_batch
 from training.data.schema import Plan
-from training.data.synthetic import synthetic_images, write_synthetic
+from training.datasets.synthetic import synthetic_images, write_synthetic
 from training.errors import DataValidationError
 from training.manifest import FeatureSpec
 

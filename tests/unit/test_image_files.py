@@ -17,7 +17,7 @@ from training.data.diagnose import read_error
 from training.data.image_files import list_images, read_images_here
 from training.data.inputs import input_format, resolve_inputs
 from training.data.schema import check_schema
-from training.data.synthetic_images import write_digit_images
+from training.datasets.synthetic_images import write_digit_images
 from training.errors import DataValidationError
 from training.model.trainflow_pyfunc import transform
 from training.model.trainflow_pyfunc.images import channels_first, decode

@@ -19,7 +19,7 @@ from training.config import DataConfig
 from training.data.image_files import read_images_here
 from training.data.inputs import input_format, resolve_inputs
 from training.data.schema import check_schema
-from training.data.synthetic_images import write_digit_images
+from training.datasets.synthetic_images import write_digit_images
 from training.manifest import FeatureSpec
 
 

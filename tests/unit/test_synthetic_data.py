@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from training.data.synthetic import (
+from training.datasets.synthetic import (
     CHUNK_ROWS,
     color_images,
     synthetic_table,

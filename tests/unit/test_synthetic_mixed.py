@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from training.data.synthetic_mixed import mixed_chunk, write_mixed
+from training.datasets.synthetic_mixed import mixed_chunk, write_mixed
 
 
 def test_the_mixed_table_has_every_kind_of_column_and_gaps():

@@ -163,7 +163,7 @@ def test_bad_input_is_one_clear_error(tmp_path, change, data, message):
 
 
 def test_the_mixed_table_gets_its_roles(tmp_path):
-    from training.data.synthetic_mixed import mixed_chunk
+    from training.datasets.synthetic_mixed import mixed_chunk
 
     spec, _ = _fit(
         mixed_chunk(3_000, seed=0, index=0).to_pandas().rename(columns={"label": "y"}), tmp_path

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from training.data.synthetic import write_chunks
+from training.datasets.synthetic import write_chunks
 
 _TEXT = 6
 MAX_SENTENCES = 4

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from training.data.synthetic import CHUNK_ROWS, write_chunks
+from training.datasets.synthetic import CHUNK_ROWS, write_chunks
 
 PLANS = ("basic", "plus", "pro", "team", "enterprise")
 REGIONS = 500
