@@ -29,6 +29,8 @@ from pathlib import Path
 from benchmarks import BENCHMARKS, figure_specs, load
 from benchmarks import harness as h
 from benchmarks.common import REPO_ROOT, Context, configure_process, remove, stop_ray
+from benchmarks.doc_tables import format_value, update_docs
+from benchmarks.result_files import load_results, machine_info, make_result, write_result
 
 B11_SIZE_ENV = "TRAINFLOW_B11_SIZE"  # read by benchmarks.b11_lm_throughput (not imported here)
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -110,7 +112,7 @@ def run_child(args: argparse.Namespace) -> int:
         shared_dir=args.shared,
         reps_override=args.reps,
     )
-    machine = h.machine_info()
+    machine = machine_info()
     started = time.perf_counter()
     outcome, error = None, None
     try:
@@ -124,7 +126,7 @@ def run_child(args: argparse.Namespace) -> int:
     finally:
         with contextlib.suppress(Exception):
             stop_ray()
-        doc = h.make_result(
+        doc = make_result(
             bench_id,
             module.TITLE,
             outcome,
@@ -134,7 +136,7 @@ def run_child(args: argparse.Namespace) -> int:
             error=error,
             suite_id=ctx.suite_id,
         )
-        path = h.write_result(doc, out_dir)
+        path = write_result(doc, out_dir)
         h.log(f"{bench_id}: wrote {path}")
         if not args.keep_work:
             remove(workdir)
@@ -172,7 +174,7 @@ def _run_one(args, bench_id: str, suite_id: str, shared: Path, selection: list[s
 
     def failed(error: str) -> dict:
         """Record a benchmark that produced no result of its own, so the suite goes on."""
-        doc = h.make_result(
+        doc = make_result(
             bench_id,
             module.TITLE,
             None,
@@ -181,7 +183,7 @@ def _run_one(args, bench_id: str, suite_id: str, shared: Path, selection: list[s
             error=error,
             suite_id=suite_id,
         )
-        h.write_result(doc, _out_dir(args))
+        write_result(doc, _out_dir(args))
         return doc
 
     # A session of its own: on a timeout the child and everything it started can be stopped.
@@ -226,7 +228,7 @@ def _summary_line(doc: dict) -> str:
         if fig.get("target") is None:
             continue
         verdict = {True: "pass", False: "FAIL", None: "?"}[fig["pass"]]
-        value = h.format_value(fig["value"], fig["unit"])
+        value = format_value(fig["value"], fig["unit"])
         parts.append(f"{fig['key']}={value} (target {fig['target']['text']}: {verdict})")
     return f"{doc['id']} ({doc['duration_s']:.0f} s): " + ("; ".join(parts) or "no targets")
 
@@ -237,8 +239,8 @@ def render_docs(args: argparse.Namespace) -> Path | None:
     docs = args.docs or (None if args.smoke else DOCS)
     if docs is None:
         return None
-    results = h.load_results(_out_dir(args))
-    h.update_docs(docs, figure_specs(), results, include_smoke=args.smoke)
+    results = load_results(_out_dir(args))
+    update_docs(docs, figure_specs(), results, include_smoke=args.smoke)
     return docs
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from benchmarks import harness as h
 from benchmarks.common import REPO_ROOT, Context
+from benchmarks.process_tree import kill_tree
 
 ID = "B4"
 TITLE = "orchestration overhead: default `trainflow run` wall time minus the stages' work"
@@ -147,16 +148,16 @@ def run_flow(
         try:
             while proc.poll() is None:
                 if time.time() - started > timeout_s:
-                    h.kill_tree(proc)
+                    kill_tree(proc)
                     raise TimeoutError(f"trainflow run {run_id} took over {timeout_s:.0f} s")
                 if kill_when is not None and killed_at is None and kill_when(home, run_id):
                     killed_at = time.time()
-                    h.kill_tree(proc)
+                    kill_tree(proc)
                     break
                 time.sleep(0.2)
         except BaseException:
             if proc.poll() is None:
-                h.kill_tree(proc)
+                kill_tree(proc)
             raise
     ended = time.time() if killed_at is None else killed_at
     result = {

@@ -26,6 +26,7 @@ from benchmarks.common import (
     table_data,
     tabular_digits,
 )
+from benchmarks.memory_sampling import PeakSampler
 
 ID = "B5"
 TITLE = "memory: peak RSS (driver + Ray processes) and object-store peak, preprocessing 1x vs 10x"
@@ -77,10 +78,10 @@ def _settle_store(gauge, timeout_s: float = 15.0) -> float | None:
 def _arm(ctx: Context, config, gauge, interval: float):
     def run(rep: int) -> dict[str, Any]:
         store_at_start = _settle_store(gauge)
-        idle = h.PeakSampler(interval=interval, extra=gauge)
+        idle = PeakSampler(interval=interval, extra=gauge)
         idle.sample()
         baseline_rss, baseline_store = idle.peak_rss, idle.peak_extra or 0.0
-        with h.PeakSampler(interval=interval, extra=gauge) as sampler:
+        with PeakSampler(interval=interval, extra=gauge) as sampler:
             manifest, seconds, _ = fresh_preprocess(config, ctx.scratch("out"))
         return {
             "rows": sum(manifest.rows.values()),

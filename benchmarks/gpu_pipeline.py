@@ -24,7 +24,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from benchmarks.harness import machine_info
+from benchmarks.result_files import machine_info
 
 # "2026-11-25 23:01:58,553 INFO trainflow.progress: train: epoch 1/20, val_accuracy 0.9191"
 EPOCH_LINE = re.compile(

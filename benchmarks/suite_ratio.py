@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import REPO_ROOT
-from benchmarks.harness import machine_info
+from benchmarks.result_files import machine_info
 
 RESULT = REPO_ROOT / "benchmarks" / "results" / "suite.json"
 GOAL_X = 65

@@ -77,7 +77,7 @@ def trainflow_run(home: Path) -> dict:
 
 
 def measure() -> dict:
-    from benchmarks.harness import machine_info
+    from benchmarks.result_files import machine_info
     from training.data.builtin import bbc_news_frame
 
     machine = machine_info()

@@ -112,9 +112,10 @@ def deployed(stack):
     return proc
 
 
-def _trigger(home: Path, name: str) -> str:
-    """`trainflow run --deployment NAME`: only triggers; returns the flow run's id."""
-    proc = trainflow(home, "run", "--deployment", name)
+def _trigger(home: Path, name: str, *overrides: str) -> str:
+    """`trainflow run --deployment NAME [--set K=V ...]`: only triggers; returns the flow run's
+    id."""
+    proc = trainflow(home, "run", "--deployment", name, *overrides)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout.split("(", 1)[1].split(")", 1)[0]
 
@@ -122,10 +123,13 @@ def _trigger(home: Path, name: str) -> str:
 @pytest.fixture(scope="module")
 def smoke_run(stack, deployed):
     """Two runs of the smoke deployment triggered back to back; the worker runs them meanwhile.
-    The deployment's concurrency limit (1) makes the second wait for the first."""
+    The deployment's concurrency limit (1) makes the second wait for the first. The second only
+    has to take the slot: no sweep, one epoch."""
     triggered = time.monotonic()
     first = _trigger(stack["home"], "smoke")
-    second = _trigger(stack["home"], "smoke")
+    second = _trigger(
+        stack["home"], "smoke", "--set", "sweep.enabled=false", "--set", "train.max_epochs=1"
+    )
     return {"id": first, "second_id": second, "triggered": triggered}
 
 

@@ -3,8 +3,8 @@ loopback S3 server (moto); `trainflow run` takes each through the whole pipeline
 a tiny sweep on a sample, one epoch of training, evaluation, promotion) with its storage root on
 S3 too, while the memory of the CLI and every process under it (Prefect's temporary server, the
 local Ray instance: GCS, raylet, workers, object store) is sampled: their PSS summed, which
-counts each shared page once (`benchmarks.harness.rss_and_pss`), and their RSS summed beside it.
-The PSS peak at 200,000 rows must stay within 1.5x the peak at 20,000.
+counts each shared page once (`benchmarks.memory_sampling.rss_and_pss`), and their RSS summed
+beside it. The PSS peak at 200,000 rows must stay within 1.5x the peak at 20,000.
 
 Every test here is a size test, marked ``scale``: ``make bench`` runs them, the default suite
 skips them (its time budget). The 20k/200k runs go one after the other (about 4 minutes on
@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 from cli_runner import TRAINFLOW, cli_env
 
-from benchmarks.harness import PeakSampler, kill_tree
 from benchmarks.memory_plot import write_memory_over_time
+from benchmarks.memory_sampling import PeakSampler
+from benchmarks.process_tree import kill_tree
 from training.datasets.synthetic import write_table
 from training.datasets.synthetic_mixed import write_mixed
 

@@ -20,7 +20,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # `benchmarks` is a top-level folder, not an installed package
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import harness as h  # noqa: E402
+from benchmarks import doc_tables as dt  # noqa: E402
+from benchmarks import result_files as rf  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,7 @@ def test_smoke_b2_b6_writes_valid_json_and_a_table(tmp_path):
 
     for bench_id in ("B2", "B6"):
         doc = json.loads((out / f"{bench_id}.json").read_text())
-        assert h.validate_result(doc) == [], doc
+        assert rf.validate_result(doc) == [], doc
         assert doc["status"] == "ok" and doc["smoke"] is True
         assert doc["machine"]["nproc"] >= 1 and doc["machine"]["cpu_model"]
         measured = [f for f in doc["figures"] if f["stats"]["n"] > 0]
@@ -69,7 +70,7 @@ def test_smoke_b2_b6_writes_valid_json_and_a_table(tmp_path):
     assert all(s["errored"] == 0 for s in b6["samples"]["sweep"])
 
     table = docs.read_text()
-    assert h.TABLE_START in table and h.TABLE_END in table
+    assert dt.TABLE_START in table and dt.TABLE_END in table
     assert "[smoke]" in table  # smoke results are shown only because --docs was given
     assert f"B2 ({b2['duration_s']:.0f} s)" in proc.stdout
 
@@ -80,7 +81,7 @@ def test_smoke_b11_measures_ddp_fsdp_and_the_bare_loop_at_toy_size(tmp_path):
     proc = _smoke("B11", "--size", "toy", "--out", str(out), "--no-docs", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     doc = json.loads((out / "B11.json").read_text())
-    assert h.validate_result(doc) == [], doc
+    assert rf.validate_result(doc) == [], doc
     assert doc["status"] == "ok" and doc["smoke"] is True and doc["params"]["size"] == "toy"
     figures = {f["key"]: f for f in doc["figures"]}
     for arm in ("ddp", "fsdp"):

@@ -20,7 +20,10 @@ if str(REPO_ROOT) not in sys.path:  # `benchmarks` is a top-level folder, not an
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import BENCHMARKS, figure_specs, load  # noqa: E402
+from benchmarks import doc_tables as dt  # noqa: E402
 from benchmarks import harness as h  # noqa: E402
+from benchmarks import memory_sampling as ms  # noqa: E402
+from benchmarks import result_files as rf  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # Alternation
@@ -162,7 +165,7 @@ def _result(bench_id="B2", samples=(0.5, 0.6, 0.7), smoke=False, error=None, err
         notes=["a note"],
         errors=list(errors),
     )
-    return h.make_result(
+    return rf.make_result(
         bench_id,
         "title",
         outcome,
@@ -176,7 +179,7 @@ def _result(bench_id="B2", samples=(0.5, 0.6, 0.7), smoke=False, error=None, err
 
 def test_make_result_has_the_schema_fields_and_verdict():
     doc = _result()
-    assert doc["schema"] == h.SCHEMA
+    assert doc["schema"] == rf.SCHEMA
     assert doc["status"] == "ok" and doc["error"] is None
     assert doc["pass"] is False  # 0.6 < 0.8
     assert doc["duration_s"] == 12.35
@@ -188,18 +191,18 @@ def test_partial_failure_is_an_error_that_keeps_its_figures():
     doc = _result(errors=["flow arm: boom"])
     assert doc["status"] == "error" and doc["error"] == "flow arm: boom"
     assert doc["figures"]
-    assert h.validate_result(h._jsonable(doc)) == []
+    assert rf.validate_result(rf._jsonable(doc)) == []
 
 
 def test_write_result_round_trips_strict_json(tmp_path):
-    path = h.write_result(_result(), tmp_path)
+    path = rf.write_result(_result(), tmp_path)
     assert path == tmp_path / "B2.json"
     text = path.read_text()
     assert "NaN" not in text  # NaN became null: the file is strict JSON
     doc = json.loads(text)
-    assert h.validate_result(doc) == []
+    assert rf.validate_result(doc) == []
     assert doc["samples"]["arrow"][0]["seconds"] is None
-    assert h.load_results(tmp_path) == {"B2": doc}
+    assert rf.load_results(tmp_path) == {"B2": doc}
 
 
 def test_validate_result_names_what_is_wrong():
@@ -207,35 +210,35 @@ def test_validate_result_names_what_is_wrong():
     del doc["machine"]["cpu_model"]
     doc["figures"][0]["pass"] = "yes"
     doc["status"] = "error"
-    problems = h.validate_result(doc)
+    problems = rf.validate_result(doc)
     assert any("cpu_model" in p for p in problems)
     assert any("pass" in p for p in problems)
     assert any("without an error message" in p for p in problems)
-    assert h.validate_result({"id": "B1"})  # missing nearly everything
+    assert rf.validate_result({"id": "B1"})  # missing nearly everything
 
 
 def test_write_result_refuses_an_invalid_document(tmp_path):
     doc = _result()
     doc["figures"] = "not a list"
     with pytest.raises(ValueError, match="invalid result"):
-        h.write_result(doc, tmp_path)
+        rf.write_result(doc, tmp_path)
     assert not (tmp_path / "B2.json").exists()
 
 
 def test_load_results_skips_broken_files(tmp_path):
     (tmp_path / "B1.json").write_text("{not json")
     (tmp_path / "B3.json").write_text(json.dumps({"id": "B3"}))
-    h.write_result(_result(), tmp_path)
-    assert set(h.load_results(tmp_path)) == {"B2"}
+    rf.write_result(_result(), tmp_path)
+    assert set(rf.load_results(tmp_path)) == {"B2"}
 
 
 def test_machine_info_names_cpus_memory_and_model():
-    info = h.machine_info()
+    info = rf.machine_info()
     assert info["nproc"] >= 1
     assert info["cpu_model"]
     assert info["memory_gib"] is None or info["memory_gib"] > 0
     assert "torch" in info["versions"]
-    assert "CPU" in h.machine_label(info)
+    assert "CPU" in rf.machine_label(info)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,39 +258,39 @@ def _rows(table: str) -> list[list[str]]:
 
 
 def test_table_without_results_says_not_yet_measured():
-    rows = _rows(h.render_table(SPECS, {}))
+    rows = _rows(dt.render_table(SPECS, {}))
     assert [r[0] for r in rows] == ["B2", "B2", "B6"]
-    assert all(r[4] == h.NOT_MEASURED for r in rows)
+    assert all(r[4] == dt.NOT_MEASURED for r in rows)
     assert rows[0][2] == ">= 0.8" and rows[0][3] == "pyarrow"
 
 
 def test_table_shows_measured_value_spread_verdict_date_machine():
-    rows = _rows(h.render_table(SPECS, {"B2": _result()}))
+    rows = _rows(dt.render_table(SPECS, {"B2": _result()}))
     ratio = rows[0]
     assert ratio[4] == "0.60x (n=3, 0.50–0.70)"
     assert ratio[5] == "FAIL"
     assert ratio[6] == _result()["date"][:10]
     assert ratio[7].startswith("2 CPU, 23.5 GiB")
-    assert rows[1][4] == h.NOT_MEASURED  # a spec'd figure the result lacks
+    assert rows[1][4] == dt.NOT_MEASURED  # a spec'd figure the result lacks
     # A figure the specs do not list is still shown, after the benchmark's spec'd rows.
     assert rows[2][:2] == ["B2", "rows/s"]
     assert rows[2][4] == "1,000 rows/s (n=3, 900–1,100)"
     assert rows[2][3] == "—"  # no anchor
-    assert rows[3][0] == "B6" and rows[3][4] == h.NOT_MEASURED
+    assert rows[3][0] == "B6" and rows[3][4] == dt.NOT_MEASURED
 
 
 def test_table_ignores_smoke_results_unless_asked():
     smoke = {"B2": _result(smoke=True)}
-    assert _rows(h.render_table(SPECS, smoke))[0][4] == h.NOT_MEASURED
-    shown = _rows(h.render_table(SPECS, smoke, include_smoke=True))[0][4]
+    assert _rows(dt.render_table(SPECS, smoke))[0][4] == dt.NOT_MEASURED
+    shown = _rows(dt.render_table(SPECS, smoke, include_smoke=True))[0][4]
     assert shown.endswith("[smoke]")
 
 
 def test_table_reports_a_failed_benchmark():
-    failed = h.make_result(
+    failed = rf.make_result(
         "B6", "t", None, smoke=False, duration_s=1, machine=MACHINE, error="timed out after 60 s"
     )
-    row = _rows(h.render_table(SPECS, {"B6": failed}))[-1]
+    row = _rows(dt.render_table(SPECS, {"B6": failed}))[-1]
     assert row[4].startswith("error: timed out")
 
 
@@ -303,31 +306,48 @@ def test_table_reports_a_failed_benchmark():
     ],
 )
 def test_format_value(value, unit, text):
-    assert h.format_value(value, unit) == text
+    assert dt.format_value(value, unit) == text
 
 
 def test_update_docs_replaces_only_between_markers_and_is_idempotent(tmp_path):
     docs = tmp_path / "benchmarks.md"
     docs.write_text(
-        f"# Title\n\nintro\n\n{h.TABLE_START}\nold table\n{h.TABLE_END}\n\n## After\n\n"
-        f"{h.STAGES_START}\nold stages\n{h.STAGES_END}\ntail\n"
+        f"# Title\n\nintro\n\n{dt.TABLE_START}\nold table\n{dt.TABLE_END}\n\n## After\n\n"
+        f"{dt.STAGES_START}\nold stages\n{dt.STAGES_END}\ntail\n"
     )
-    first = h.update_docs(docs, SPECS, {"B2": _result()})
+    first = dt.update_docs(docs, SPECS, {"B2": _result()})
     assert "old table" not in first and "old stages" not in first
     assert first.startswith("# Title\n\nintro\n\n") and first.endswith("tail\n")
     assert "## After" in first
-    assert h.update_docs(docs, SPECS, {"B2": _result()}) == first
+    assert dt.update_docs(docs, SPECS, {"B2": _result()}) == first
 
 
 def test_update_docs_appends_markers_when_missing(tmp_path):
     docs = tmp_path / "new.md"
-    text = h.update_docs(docs, SPECS, {}, template="# Benchmarks\n")
+    text = dt.update_docs(docs, SPECS, {}, template="# Benchmarks\n")
     assert text.startswith("# Benchmarks\n")
-    assert h.TABLE_START in text and h.TABLE_END in text and h.STAGES_START in text
+    assert dt.TABLE_START in text and dt.TABLE_END in text and dt.STAGES_START in text
+
+
+def test_a_marker_block_runs_from_its_start_to_the_next_end_and_may_be_appended():
+    start, end = "<!-- t:start -->", "<!-- t:end -->"
+    text = f"{end}\nhead\n{start}\nold\n{end}\ntail\n"
+    assert (
+        dt.replace_between(text, start, end, "new") == f"{end}\nhead\n{start}\nnew\n{end}\ntail\n"
+    )
+    assert dt.block_between(text, start, end) == "old"
+    with pytest.raises(ValueError, match="markers"):
+        dt.replace_between("no block\n", start, end, "new")
+    appended = dt.replace_between("no block\n", start, end, "new", append=True)
+    assert appended == f"no block\n\n{start}\nnew\n{end}\n"
+
+
+def test_a_cell_cannot_break_its_row():
+    assert dt.table_row(["a|b", "two\nlines", 3]) == "| a\\|b | two lines | 3 |"
 
 
 def test_stage_table_rendering():
-    assert h.NOT_MEASURED in h.render_stages(None)
+    assert dt.NOT_MEASURED in dt.render_stages(None)
     b4 = {
         "smoke": False,
         "extra": {
@@ -337,7 +357,7 @@ def test_stage_table_rendering():
             ]
         },
     }
-    lines = h.render_stages(b4).splitlines()
+    lines = dt.render_stages(b4).splitlines()
     assert lines[2] == "| stage sweep | 20.0 | 19.0 | 1.0 |"
     assert lines[-1] == "| total | 100.0 | 70.0 | 30.0 |"
 
@@ -355,7 +375,7 @@ def test_peak_sampler_sees_this_process_and_survives_a_failing_gauge():
             raise RuntimeError("flaky")
         return float(len(calls))
 
-    with h.PeakSampler(interval=0.01, extra=gauge) as sampler:
+    with ms.PeakSampler(interval=0.01, extra=gauge) as sampler:
         block = bytearray(32 * 1024**2)  # touched: RSS grows
         for i in range(0, len(block), 4096):
             block[i] = 1
@@ -429,10 +449,10 @@ def test_cli_selection_and_output_dirs():
 def test_docs_table_matches_the_committed_results():
     """docs/benchmark-figures.md's table is what the harness renders from benchmarks/results/."""
     docs = (REPO_ROOT / "docs" / "benchmark-figures.md").read_text()
-    results = h.load_results(REPO_ROOT / "benchmarks" / "results")
-    table = h.render_table(figure_specs(), results)
-    assert f"{h.TABLE_START}\n{table}\n{h.TABLE_END}" in docs
-    assert h.STAGES_START in docs and h.STAGES_END in docs
+    results = rf.load_results(REPO_ROOT / "benchmarks" / "results")
+    table = dt.render_table(figure_specs(), results)
+    assert f"{dt.TABLE_START}\n{table}\n{dt.TABLE_END}" in docs
+    assert dt.STAGES_START in docs and dt.STAGES_END in docs
 
 
 def test_b4_splits_wall_time_into_parts_and_work():

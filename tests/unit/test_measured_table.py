@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import doc_tables as dt
 from benchmarks import measured_table as mt
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -78,13 +79,17 @@ def test_a_smoke_result_is_refused(results):
         mt.render(results)
 
 
-def test_write_replaces_only_the_block():
-    text = f"# Title\n\nintro\n{mt.START}\nold\n{mt.END}\n\n## After\n"
-    new = mt.replace_block(text, "| new |")
+def test_write_replaces_only_the_block(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"# Title\n\nintro\n{mt.START}\nold\n{mt.END}\n\n## After\n")
+    new = dt.write_blocks(doc, {(mt.START, mt.END): "| new |"})
     assert new == f"# Title\n\nintro\n{mt.START}\n| new |\n{mt.END}\n\n## After\n"
-    assert mt.block_in(new) == "| new |"
+    assert doc.read_text() == new and mt.block_in(new) == "| new |"
+    # The Measured table is never appended: a doc without its markers is refused, unchanged.
+    doc.write_text("# no markers\n")
     with pytest.raises(ValueError, match="markers"):
-        mt.replace_block("# no markers\n", "| new |")
+        dt.write_blocks(doc, {(mt.START, mt.END): "| new |"})
+    assert doc.read_text() == "# no markers\n"
 
 
 def test_the_suite_ratio_row_holds_its_goal(tmp_path):
