@@ -236,6 +236,17 @@ def test_the_history_has_each_epoch_once_across_a_restart():
     ]
 
 
+def test_a_functions_trial_runs_number_epochs_by_report_not_by_its_own_epoch_key():
+    from training.tracking.sweep_runs import trial_step
+
+    result = {
+        "training_iteration": 2,
+        "epoch": 1,
+        "val_accuracy": 0.9,
+    }  # a 0-based epoch of its own
+    assert trial_step(result, counted=True) == 2 and trial_step(result) == 1
+
+
 def test_a_contract_error_on_the_controller_becomes_one_line():
     from ray.train import ControllerError
 
