@@ -176,6 +176,9 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
         checkpoint=trained.outcome.checkpoint_path,
         storage=layout.runs_dir(run_id),
         stage_seconds=clock.seconds,
+        ray_dashboard=(
+            trained.outcome.dashboard if trained.outcome.dashboard_outlives_run else None
+        ),
     )
     summary.report = _publish_report(
         config, tracker, parent, summary, trained.outcome.history, evaluated.result

@@ -124,10 +124,12 @@ def _run_pipeline(config, run_id: str | None) -> RunSummary:
     # A local Ray instance first (the longest start; the server's constructor imports Prefect's
     # server for ~3 s): the first stage finds it up.
     ship = []
-    if config.model.kind == "custom":  # its package travels to the workers unless installed
+    # A custom model's package (and a training function's) travels to the workers unless
+    # installed.
+    if config.model.kind == "custom":
         from training.model.factory import ship_paths
 
-        ship = ship_paths(config.model)
+        ship = ship_paths(config.model, config.train.function)
     startup.start_ray_early(config.ray, ship)
     try:
         return _run_flow(config, run_id, startup.start_prefect_early())

@@ -60,6 +60,8 @@ def summary_lines(summary: RunSummary, log_path: str | None = None) -> list[str]
     ]
     if summary.report:
         rows.append(("report", summary.report))
+    if summary.ray_dashboard:  # an existing cluster's: still served after the run
+        rows.append(("Ray", f"dashboard {summary.ray_dashboard}"))
     if log_path:
         rows.append(("log", log_path))
     width = max(len(key) for key, _ in rows)

@@ -50,6 +50,13 @@ class WorkerFailedError(TrainflowError):
     retriable = True
 
 
+class FunctionContractError(TrainflowError):
+    """``train.engine: function``: the user's function broke what trainflow needs of it (a report
+    per epoch carrying the ranked metric, a checkpoint holding a loadable ``model.pt``)."""
+
+    user_error = True
+
+
 class UnsafeCheckpointError(TrainflowError):
     """A checkpoint file holds more than tensors and plain data: loading it could run code."""
 

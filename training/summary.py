@@ -72,6 +72,10 @@ class RunSummary:
     storage: str  # the run's directory (Tune state, checkpoints)
     stage_seconds: dict[str, float]  # stage -> wall seconds, in stage order
     report: str | None = None  # where to open the HTML report; None: it was not built
+    #: The Ray Dashboard of the cluster that trained, while it can still be opened: an existing
+    #: cluster's. None where the run's own local instance served it (it stops with the run;
+    #: the train line showed it while training ran).
+    ray_dashboard: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: keys and nesting as the field order above."""
@@ -92,6 +96,7 @@ class RunSummary:
             storage=summary["storage"],
             stage_seconds=dict(summary["stage_seconds"]),
             report=summary.get("report"),
+            ray_dashboard=summary.get("ray_dashboard"),
         )
 
 

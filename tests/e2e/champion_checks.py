@@ -32,6 +32,32 @@ print(json.dumps({"rows": len(out), "columns": list(out.columns)}))
 """
 
 
+# A Python that has neither trainflow nor the user's package: it loads the champion and scores.
+WITHOUT_USER_CODE = """
+import importlib.util, json, sys
+sys.path[:0] = json.loads(sys.argv[1])  # the venv's site-packages only
+for name in ("training", "trainflow", PACKAGE):
+    assert importlib.util.find_spec(name) is None, f"{name} is importable"
+import mlflow.pyfunc, pandas as pd
+mlflow.set_tracking_uri(sys.argv[2])
+model = mlflow.pyfunc.load_model(sys.argv[3])
+out = model.predict(pd.read_parquet(sys.argv[4]))
+out.to_parquet(sys.argv[5])
+user = sys.modules.get(PACKAGE)
+print(json.dumps({"rows": len(out), "user_code": getattr(user, "__file__", None)}))
+"""
+
+
+def load_without_user_code(
+    package: str, tracking_uri: str, model_uri: str, table: Path, out: Path
+) -> dict:
+    """``load_model(model_uri).predict(table)`` in ``python -S`` where neither trainflow nor the
+    user's ``package`` is importable; ``user_code``: where the model imported the package from
+    (its own code directory)."""
+    script = f"PACKAGE = {package!r}\n{WITHOUT_USER_CODE}"
+    return run_alone(script, tracking_uri, model_uri, table, out)
+
+
 def raw_test_rows(digits: Path, split_seed: int = 0) -> pd.DataFrame:
     """The raw rows preprocessing put in the test split (same seeded row hash)."""
     from training.config import SplitConfig

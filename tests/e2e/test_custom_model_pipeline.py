@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from champion_checks import run_alone
+from champion_checks import load_without_user_code
 from cli_runner import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -48,25 +48,10 @@ CUSTOM = {
     },
     "mlflow": {"experiment": "custom-e2e", "registered_model": "digits-custom"},
 }
-# A Python that has neither trainflow nor the user's package: it loads the champion and scores.
-LOAD_ALONE = """
-import importlib.util, json, sys
-sys.path[:0] = json.loads(sys.argv[1])  # the venv's site-packages only
-for name in ("training", "trainflow", PACKAGE):
-    assert importlib.util.find_spec(name) is None, f"{name} is importable"
-import mlflow.pyfunc, pandas as pd
-mlflow.set_tracking_uri(sys.argv[2])
-model = mlflow.pyfunc.load_model(sys.argv[3])
-out = model.predict(pd.read_parquet(sys.argv[4]))
-out.to_parquet(sys.argv[5])
-user = sys.modules.get(PACKAGE)
-print(json.dumps({"rows": len(out), "user_code": getattr(user, "__file__", None)}))
-"""
 
 
 def load_alone(tracking_uri: str, model_uri: str, table: Path, out: Path) -> dict:
-    """``load_model(model_uri).predict(table)`` in ``python -S`` outside the repo and project."""
-    return run_alone(f"PACKAGE = {PACKAGE!r}\n{LOAD_ALONE}", tracking_uri, model_uri, table, out)
+    return load_without_user_code(PACKAGE, tracking_uri, model_uri, table, out)
 
 
 @pytest.fixture(scope="module")

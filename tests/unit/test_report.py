@@ -551,6 +551,16 @@ def test_every_ui_pointer_links_into_the_training_view():
     )
 
 
+def test_the_summary_names_a_clusters_ray_dashboard_not_a_stopped_local_one():
+    from trainflow.render import summary_lines
+
+    summary = synthetic_summary()  # a local instance: its dashboard stopped with the run
+    assert not [line for line in summary_lines(summary) if line.startswith("Ray ")]
+    summary.ray_dashboard = "http://head.internal:8265"
+    assert "Ray     dashboard http://head.internal:8265" in summary_lines(summary)
+    assert RunSummary.from_dict(summary.to_dict()).ray_dashboard == summary.ray_dashboard
+
+
 # ---------------------------------------------------------------------------- the run summary
 
 # The keys that `trainflow run --summary-json`, summary.json on MLflow, the benchmarks (B4) and
@@ -566,6 +576,7 @@ SUMMARY_KEYS = [
     "storage",
     "stage_seconds",
     "report",
+    "ray_dashboard",
 ]
 
 

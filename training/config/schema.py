@@ -50,6 +50,12 @@ class PipelineConfig(Section):
                 "train.engine=hf_trainer trains sequence classifiers and regressions; a "
                 "data.task=causal_lm model trains with train.engine=loop"
             )
+        if self.train.engine == "function" and self.model.kind != "custom":
+            raise ValueError(
+                "train.engine=function needs model.kind: custom with model.factory: the module "
+                "your train.function trains, which trainflow rebuilds to evaluate and serve its "
+                "checkpoint's model.pt"
+            )
         if self.data.task != "auto":  # a regression ranks, keeps and gates by RMSE
             follow_task(self, self.data.task)
         if self.ray.address is None:

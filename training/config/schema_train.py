@@ -11,7 +11,20 @@ from training.config.schema_base import Section
 from training.config.schema_hf import HFConfig
 
 _Width = Annotated[int, Field(gt=0)]
+# "package.module:name": how model.factory and train.function name a user's callable.
 _FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+# Keys of trainflow's own loop that another engine's training does not read: set with it,
+# they would be silently ignored. (train.eval_every_steps, compile, profile: set when truthy;
+# grad_accum_steps: when not its default of 1.)
+_LOOP_ONLY = {
+    "hf_trainer": ("eval_every_steps", "compile", "profile"),
+    "function": ("eval_every_steps", "compile", "profile", "grad_accum_steps"),
+}
+# What an engine other than the loop does instead, said where a loop-only key is refused.
+_ENGINE_OWNS = {
+    "hf_trainer": "train.hf_args passes a Trainer its own",
+    "function": "your train.function owns its loop",
+}
 
 
 class ModelConfig(Section):
@@ -125,8 +138,15 @@ class TrainConfig(Section):
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
     max_failures: int = Field(1, ge=-1, description="worker-group restarts allowed; -1 = forever")
     seed: int = Field(0, ge=0, description="seed of init, shuffling and dropout")
-    engine: Literal["loop", "hf_trainer"] = Field(
-        "loop", description="loop | hf_trainer (a transformers.Trainer per worker; model.kind hf)"
+    engine: Literal["loop", "hf_trainer", "function"] = Field(
+        "loop",
+        description="loop | hf_trainer (a transformers.Trainer per worker; model.kind hf) | "
+        "function (your own train_loop_per_worker: train.function)",
+    )
+    function: str | None = Field(
+        None,
+        description='engine function: "package.module:train_func", run as Ray Train\'s '
+        "train_loop_per_worker(config) (docs/your-training-code.md)",
     )
     hf_args: dict[str, Any] = Field(
         {}, description="hf_trainer: extra transformers.TrainingArguments (not trainflow's own)"
@@ -165,35 +185,48 @@ class TrainConfig(Section):
     def _gpu_backend(self) -> TrainConfig:
         if self.backend == "nccl" and not self.use_gpu:
             raise ValueError("train.backend=nccl needs train.use_gpu=true; use gloo on CPUs")
-        if self.engine == "hf_trainer":
-            if self.strategy != "ddp":
-                raise ValueError(
-                    f"train.engine=hf_trainer trains with DDP: train.strategy={self.strategy} is "
-                    "the loop's"
-                )
-            if self.checkpoint.every_n_batches:
-                raise ValueError(
-                    "train.engine=hf_trainer checkpoints at epoch ends: "
-                    "train.checkpoint.every_n_batches is the loop's"
-                )
-            loop_only = [
-                f"train.{key}"
-                for key in ("eval_every_steps", "compile", "profile")
-                if getattr(self, key)
-            ]
-            if loop_only:
-                raise ValueError(
-                    f"{', '.join(loop_only)}: trainflow's loop only (train.engine=loop); "
-                    "train.hf_args passes a Trainer its own"
-                )
-        elif self.hf_args:
+        if self.engine != "loop":
+            self._check_engine_keys()
+        if self.hf_args and self.engine != "hf_trainer":
             raise ValueError("train.hf_args goes with train.engine=hf_trainer")
+        if (self.function is not None) != (self.engine == "function"):
+            raise ValueError(
+                "train.function goes with train.engine=function, and engine function needs it "
+                '(train.function: "package.module:train_func")'
+            )
+        if self.function and not _FACTORY.fullmatch(self.function):
+            raise ValueError(f"train.function={self.function!r}: give 'package.module:function'")
         if self.strategy == "deepspeed" and self.compile:
             raise ValueError(
                 "train.compile compiles the loop's DDP/FSDP steps; with train.strategy=deepspeed "
                 "set train.compile: false"
             )
         return self
+
+    def _check_engine_keys(self) -> None:
+        """An engine other than trainflow's loop trains with DDP, checkpoints at epoch ends and
+        refuses the loop's own keys, naming them."""
+        engine = self.engine
+        if self.strategy != "ddp":
+            raise ValueError(
+                f"train.engine={engine} trains with DDP: train.strategy={self.strategy} is "
+                "the loop's"
+            )
+        if self.checkpoint.every_n_batches:
+            raise ValueError(
+                f"train.engine={engine} checkpoints at epoch ends: "
+                "train.checkpoint.every_n_batches is the loop's"
+            )
+        loop_only = [
+            f"train.{key}"
+            for key in _LOOP_ONLY[engine]
+            if (getattr(self, key) != 1 if key == "grad_accum_steps" else getattr(self, key))
+        ]
+        if loop_only:
+            raise ValueError(
+                f"{', '.join(loop_only)}: trainflow's loop only (train.engine=loop); "
+                f"{_ENGINE_OWNS[engine]}"
+            )
 
     @property
     def torch_backend(self) -> str:

@@ -6,7 +6,13 @@ import errno
 import sys
 
 from training.config import PipelineConfig
-from training.errors import StorageError, TrainflowError, WorkerFailedError, one_line
+from training.errors import (
+    FunctionContractError,
+    StorageError,
+    TrainflowError,
+    WorkerFailedError,
+    one_line,
+)
 
 # errno values that mean "the storage is full" (EFBIG: a file-size limit such as RLIMIT_FSIZE).
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
@@ -24,6 +30,7 @@ def _causes(error: BaseException):
         yield current
         pending.extend((getattr(current, "worker_failures", None) or {}).values())
         pending += [getattr(current, "controller_failure", None)]
+        pending += [getattr(current, "cause", None)]  # what a RayTaskError wraps
         pending += [current.__cause__, current.__context__]
 
 
@@ -47,6 +54,15 @@ def _first_sentence(error: BaseException, limit: int) -> str:
     """The first sentence of the error's last line (Ray puts the worker's own message last)."""
     sentence = one_line(error, limit=sys.maxsize, last=True).split(". ")[0].rstrip(".")
     return sentence if len(sentence) <= limit else sentence[:limit] + "…"
+
+
+def contract_error(error: BaseException | None) -> FunctionContractError | None:
+    """A user function's broken contract among the causes of ``error`` (the innermost: Ray's
+    wrappers of it are instances too, with their own traceback in the message), or None."""
+    if error is None:
+        return None
+    found = [cause for cause in _causes(error) if isinstance(cause, FunctionContractError)]
+    return FunctionContractError(one_line(found[-1], limit=sys.maxsize)) if found else None
 
 
 def training_error(error: BaseException, config: PipelineConfig, storage: str) -> BaseException:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training.config import PipelineConfig
-from training.errors import TrainflowError
+from training.errors import FunctionContractError, TrainflowError
 from training.loop.failures import training_error
 from training.loop.loop import loop_config, train_worker
 from training.loop.records import unpack
@@ -61,8 +61,8 @@ def in_memory_splits(
 
     from training.data.read import load_split_arrays
 
-    if config.train.engine == "hf_trainer":
-        return None  # a Trainer reads Ray Data shards, as Ray Train's guide feeds it
+    if config.train.engine != "loop":
+        return None  # a Trainer or a user's function reads Ray Data shards, as the guides do
     row_bytes = manifest.spec.row_bytes
     cache_bytes = config.train.shard_cache_mb * 1024**2
     for split in ("train", "val"):
@@ -128,6 +128,10 @@ class TrainOutcome:
     run_path: str
     step_metrics: list[dict[str, float]] = field(default_factory=list)
     profile: dict[str, Any] | None = None
+    #: The Ray Dashboard the training could be watched in, and whether it is still served
+    #: after the run (an existing cluster's; a local instance's stops with the run).
+    dashboard: str | None = None
+    dashboard_outlives_run: bool = False
 
 
 def build_trainer(
@@ -157,13 +161,12 @@ def build_trainer(
     workers = workers if isinstance(workers, int) else (int(workers[0]), int(workers[1]))
     max_workers = workers if isinstance(workers, int) else workers[1]
     ingest = ingest_options()
-    settings = loop_config(
+    settings = _engine_settings(
         config,
-        manifest.spec,
+        manifest,
         max_epochs or train.max_epochs,
         every_n_batches=every_n_batches,
         max_workers=max_workers,
-        split_rows=manifest.rows,
         final=final,
     )
     fewest_workers = workers if isinstance(workers, int) else workers[0]
@@ -190,13 +193,44 @@ def build_trainer(
 
 
 def _engine_worker(config: PipelineConfig, train_fn):
-    """``train_fn``, or with ``train.engine: hf_trainer`` the worker that runs a transformers
-    Trainer in the loop's place (a test's or benchmark's own ``train_fn`` is kept)."""
-    if config.train.engine == "hf_trainer" and train_fn is train_worker:
+    """``train_fn``, or the engine's worker in the loop's place: a transformers Trainer
+    (``hf_trainer``) or the user's function (``function``). A test's or benchmark's own
+    ``train_fn`` is kept."""
+    if train_fn is not train_worker:
+        return train_fn
+    if config.train.engine == "hf_trainer":
         from training.loop.hf_trainer import hf_trainer_worker
 
         return hf_trainer_worker
+    if config.train.engine == "function":
+        from training.loop.function_engine import function_worker
+
+        return function_worker
     return train_fn
+
+
+def _engine_settings(
+    config: PipelineConfig, manifest: Manifest, max_epochs: int, **loop_options
+) -> dict[str, Any]:
+    """The workers' ``train_loop_config``: the loop's settings, or a user function's path and
+    the plain ``config`` dict it is called with."""
+    if config.train.engine == "function":
+        from training.loop.function_engine import function_settings
+
+        return function_settings(config, manifest.spec, max_epochs)
+    return loop_config(config, manifest.spec, max_epochs, split_rows=manifest.rows, **loop_options)
+
+
+def function_callbacks(config: PipelineConfig) -> list:
+    """With ``train.engine: function``, the check of every report the function makes: it must
+    carry ``sweep.metric`` (what ASHA ranks) and ``train.checkpoint.score_attribute`` (what
+    the checkpoints are kept by). Nothing for the other engines."""
+    if config.train.engine != "function":
+        return []
+    from training.loop.function_reports import ReportContract
+
+    required = [config.sweep.metric, config.train.checkpoint.score_attribute]
+    return [ReportContract(str(config.train.function), required)]
 
 
 def _scaling_config(train, workers: int | tuple[int, int]):
@@ -241,18 +275,28 @@ def train_final(
     """DDP training with the chosen hyperparameters; returns the best checkpoint."""
     from ray.train import TrainingFailedError
 
+    from training.loop.function_reports import ReportHistory
     from training.loop.progress import training_progress
 
     storage_path, storage_fs = layout.ray_storage(run_id)
     metric = config.train.checkpoint.score_attribute
-    with training_progress(config.train.max_epochs, metric) as callbacks:
+    recorded = ReportHistory() if config.train.engine == "function" else None
+    dashboard = cluster.dashboard_url()
+    with training_progress(
+        config.train.max_epochs,
+        metric,
+        history=recorded,
+        dashboard=dashboard,
+        workers=_workers_shown(config.train.num_workers),
+    ) as callbacks:
         trainer = build_trainer(
             config,
             manifest,
             name="train",
             storage_path=storage_path,
             storage_filesystem=storage_fs,
-            callbacks=callbacks,
+            # The contract first: a broken report stops before it is forwarded.
+            callbacks=[*function_callbacks(config), *callbacks],
             train_fn=train_fn,
             every_n_batches=config.train.checkpoint.every_n_batches,
             final=True,
@@ -267,6 +311,8 @@ def train_final(
     best = result.get_best_checkpoint(
         metric=config.train.checkpoint.score_attribute, mode=config.train.checkpoint.score_order
     )
+    if best is None and recorded is not None:
+        raise function_without_checkpoint(config, reported=bool(recorded.epochs))
     if best is None:
         raise TrainflowError("training finished without a checkpoint; check the worker logs")
     best_metrics = next((m for c, m in result.best_checkpoints or [] if c.path == best.path), {})
@@ -274,8 +320,26 @@ def train_final(
     return TrainOutcome(
         checkpoint_path=layout.uri_of(best.path),
         checkpoint_metrics=dict(best_metrics),
-        history=history,
+        history=recorded.epochs if recorded is not None else history,
         run_path=layout.uri_of(result.path),
         step_metrics=step_metrics,
         profile=profile,
+        dashboard=dashboard,
+        dashboard_outlives_run=not cluster.started_local_instance(),
+    )
+
+
+def _workers_shown(workers: int | tuple[int, int]) -> str:
+    return str(workers) if isinstance(workers, int) else f"{workers[0]}-{workers[1]}"
+
+
+def function_without_checkpoint(config: PipelineConfig, reported: bool) -> FunctionContractError:
+    """A user's function that ended without a checkpoint: it never reported, or never
+    attached one."""
+    from training.loop.function_reports import CONTRACT, MODEL_FILE
+
+    what = "reported no checkpoint" if reported else "never called ray.train.report"
+    return FunctionContractError(
+        f"train.function {config.train.function!r} {what}: report once per epoch with the "
+        f"metrics and, from rank 0, a checkpoint directory holding {MODEL_FILE}; see {CONTRACT}"
     )

@@ -1,8 +1,10 @@
 """A user's model factory (``model.kind: custom``) checked before anything starts, and where its
 code lives: shipped to Ray workers (runtime_env ``py_modules``) and into the registered model
-(``code_paths``) when it is not installed.
+(``code_paths``) when it is not installed. A user's training function (``train.function``) is
+imported and shipped to the workers the same way.
 
-Every failure is one ``ConfigError`` naming ``model.factory``, what is wrong and the fix.
+Every failure is one ``ConfigError`` naming the key (``model.factory``, ``train.function``), what
+is wrong and the fix.
 """
 
 from __future__ import annotations
@@ -28,33 +30,41 @@ _PROVIDED = {"torch", "numpy", "pandas", "mlflow", "training", "trainflow_pyfunc
 _SIGNATURE = "def build(spec, **params) -> torch.nn.Module"
 
 
-def _bad(factory: str, what: str, fix: str) -> ConfigError:
-    return ConfigError(f"model.factory={factory!r}: {what}; {fix}")
+def _bad(path: str, what: str, fix: str, key: str = "model.factory") -> ConfigError:
+    return ConfigError(f"{key}={path!r}: {what}; {fix}")
 
 
 def load_factory(factory: str):
     """The callable ``factory`` names; ConfigError when it cannot be imported or called."""
-    module_name, _ = split_factory(factory)
+    return load_callable(factory, "model.factory", _SIGNATURE)
+
+
+def load_callable(path: str, key: str, signature: str):
+    """The callable ``path`` ("package.module:name") names, imported as a factory is; a
+    ConfigError naming ``key`` when it cannot be imported or is not callable."""
+    module_name, _ = split_factory(path)
     try:
-        obj = import_factory(factory)
+        obj = import_factory(path)
     except ModuleNotFoundError as exc:
         raise _bad(
-            factory,
+            path,
             f"cannot import {module_name!r} ({one_line(exc)})",
             "install the package, or run trainflow from the directory that holds it "
             "(or add that directory to PYTHONPATH)",
+            key,
         ) from None
     except AttributeError as exc:
-        raise _bad(factory, one_line(exc), "name a function defined in that module") from None
+        raise _bad(path, one_line(exc), "name a function defined in that module", key) from None
     except Exception as exc:  # the module itself raised while importing
         raise _bad(
-            factory,
+            path,
             f"importing {module_name!r} raised {type(exc).__name__}: {one_line(exc)}",
             "fix the module so that it imports",
+            key,
         ) from None
     if not callable(obj):
         raise _bad(
-            factory, f"{type(obj).__name__} is not callable", f"name a function: {_SIGNATURE}"
+            path, f"{type(obj).__name__} is not callable", f"name a function: {signature}", key
         )
     return obj
 
@@ -108,22 +118,23 @@ def check_factory(
         )
 
 
-def _top_level_path(factory: str) -> str | None:
-    """The file or directory of the factory's top-level module (what an importer needs)."""
-    top = split_factory(factory)[0].split(".")[0]
+def _top_level_path(path: str, key: str = "model.factory") -> str | None:
+    """The file or directory of the callable's top-level module (what an importer needs)."""
+    top = split_factory(path)[0].split(".")[0]
     if top in _PROVIDED or top in sys.stdlib_module_names:
         return None
     try:
-        load_factory(factory)  # the same search as the loop: sys.path, then the working dir
+        import_factory(path)  # the same search as the loop: sys.path, then the working dir
         found = importlib.util.find_spec(top)
-    except (ConfigError, ImportError, ValueError):
+    except Exception:  # not importable as named (the checks before Ray say why)
         found = None
     if found is None or not found.origin and not found.submodule_search_locations:
         raise _bad(
-            factory,
+            path,
             f"cannot find the package {top!r} to ship with the model",
             "run trainflow where the package is importable (installed, PYTHONPATH or the "
             "working directory)",
+            key,
         )
     if found.submodule_search_locations:  # a package (regular or namespace)
         return list(found.submodule_search_locations)[0]
@@ -163,10 +174,16 @@ def requirements(model_config: Mapping[str, Any]) -> list[str]:
     return pins
 
 
-def ship_paths(model: ModelConfig) -> list[str]:
-    """What Ray's ``py_modules`` must carry to every worker: the factory's package when it is
-    not installed (it sits in the user's project directory)."""
-    if model.kind != "custom":
-        return []
-    path = _top_level_path(str(model.factory))
-    return [path] if path and not _installed(path) else []
+def ship_paths(model: ModelConfig, train_function: str | None = None) -> list[str]:
+    """What Ray's ``py_modules`` must carry to every worker: the factory's package, and the
+    package of ``train.function`` (``train_function``), when not installed (they sit in the
+    user's project directory)."""
+    named = [(str(model.factory), "model.factory")] if model.kind == "custom" else []
+    if train_function:
+        named.append((train_function, "train.function"))
+    paths: list[str] = []
+    for callable_path, key in named:
+        path = _top_level_path(callable_path, key)
+        if path and not _installed(path) and path not in paths:
+            paths.append(path)
+    return paths

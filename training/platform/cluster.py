@@ -188,6 +188,25 @@ def _bound_ray_data_object_store() -> None:
         )
 
 
+def dashboard_url() -> str | None:
+    """The Ray Dashboard of the instance this process is connected to (``http://host:port``):
+    the local instance's on 127.0.0.1, or the existing cluster's; None when not connected or
+    it runs none. A local instance's stops with the run."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    from ray._private import worker
+
+    # Ray's own override (a proxy in front of a cluster's dashboard), else what the node says.
+    url = os.environ.get("RAY_OVERRIDE_DASHBOARD_URL") or getattr(
+        worker._global_node, "webui_url", None
+    )
+    if not url:
+        return None
+    return url if "://" in url else f"http://{url}"
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS says is free right now (the caller binds it soon after)."""
     import socket

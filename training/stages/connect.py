@@ -10,8 +10,10 @@ from training.storage import StorageLayout
 
 def connect_ray(config: PipelineConfig) -> dict[str, float]:
     """Idempotent: a retried task finds Ray already running in this process."""
-    # A custom model's package, unless installed, travels to every worker (py_modules).
-    resources = cluster.connect(config.ray, py_modules=factory.ship_paths(config.model))
+    # A custom model's package and a training function's, unless installed, travel to every
+    # worker (py_modules).
+    shipped = factory.ship_paths(config.model, config.train.function)
+    resources = cluster.connect(config.ray, py_modules=shipped)
     cluster.check_can_host(
         resources, config.train.min_workers, cluster.worker_resources(config.train)
     )

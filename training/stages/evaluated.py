@@ -11,6 +11,7 @@ import pandas as pd
 
 from training.config import PipelineConfig
 from training.inference.evaluate import EvalResult
+from training.manifest import FeatureSpec
 
 
 @dataclass
@@ -30,8 +31,12 @@ class Evaluated:
     run_id: str | None = None
 
 
-def load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict[str, Any]:
-    """A checkpoint's state (local or remote storage), loaded with ``weights_only``."""
+def load_checkpoint_state(
+    config: PipelineConfig, checkpoint_path: str, spec: FeatureSpec | None = None
+) -> dict[str, Any]:
+    """A checkpoint's state (local or remote storage), loaded with ``weights_only``; a user
+    function's checkpoint (``train.engine: function``) becomes the same state (with the data's
+    ``spec``)."""
     from ray.train import Checkpoint
 
     from training.loop.checkpoint import load_model_state
@@ -41,6 +46,10 @@ def load_checkpoint_state(config: PipelineConfig, checkpoint_path: str) -> dict[
     remote = is_remote(checkpoint_path)
     checkpoint = Checkpoint(path if remote else checkpoint_path, filesystem=fs if remote else None)
     with checkpoint.as_directory() as directory:
+        if config.train.engine == "function" and spec is not None:
+            from training.loop.function_checkpoint import function_checkpoint_state
+
+            return function_checkpoint_state(directory, config, spec)
         return load_model_state(directory)
 
 
@@ -55,5 +64,5 @@ def open_evaluation(
     eval_run = tracker.start_child_run(parent_run, "evaluate", stage="evaluate")
     tracker.set_tags(eval_run, {"checkpoint_path": checkpoint_path})
     lineage.log_datasets(tracker, eval_run, manifest, ["test"])
-    checkpoint = load_checkpoint_state(config, checkpoint_path)
+    checkpoint = load_checkpoint_state(config, checkpoint_path, manifest.spec)
     return tracker, eval_run, {k: v for k, v in checkpoint.items() if k != "optimizer"}

@@ -1,5 +1,6 @@
 """The driver's check of a custom model before any Ray worker starts (``model.kind: custom``),
-and of a Hugging Face model (``model.kind: hf``: it loads, its tokenizer fits); and the input's
+of a user's training function (``train.function``: it imports and takes one config), and of a
+Hugging Face model (``model.kind: hf``: it loads, its tokenizer fits); and the input's
 checks that need no cluster, for the CLI before anything starts (:func:`check_data_now`).
 
 The factory needs the data's shape and outputs; preprocessing (Ray Data) has not run yet, so
@@ -105,10 +106,21 @@ def check_data_now(config: PipelineConfig) -> None:
         raise missing_labels_error(missing, rows, files, plan, None)
 
 
+def check_function(config: PipelineConfig) -> None:
+    """``train.engine: function``: ConfigError naming ``train.function`` unless it imports,
+    is callable and takes one ``config`` dict."""
+    if config.train.engine != "function":
+        return
+    from training.loop.function_engine import check_function as check_train_function
+
+    check_train_function(str(config.train.function))
+
+
 def check_model_now(config: PipelineConfig) -> None:
     """The same check from the config alone, for the CLI before Prefect, MLflow or Ray start
     (seconds, not the half minute their start-up takes); the flow checks again."""
     check_strategy(config)
+    check_function(config)
     if config.model.kind == "hf":
         check_hf(config)
         return
@@ -126,8 +138,9 @@ def check_model_now(config: PipelineConfig) -> None:
 def check_model(config: PipelineConfig, files: list[str], fingerprint: str) -> None:
     """ConfigError naming ``model.factory`` unless the factory builds a fitting network (a
     Hugging Face model: unless it and its tokenizer load and fit), or naming the strategy
-    where the workers cannot run it."""
+    where the workers cannot run it, or ``train.function`` when it cannot be called."""
     check_strategy(config)
+    check_function(config)
     if config.model.kind == "hf":
         check_hf(config)
         return

@@ -15,6 +15,7 @@ from training.storage import StorageLayout
 from training.tracking import lineage, store, sweep_runs
 from training.tracking.runs import Tracker
 from training.tune.outcome import SweepOutcome
+from training.tune.resources import drives_trainer
 from training.tune.sweep import run_sweep, sample_sizes
 from training.tune.trials import TrialRow, sweep_saving, trial_rows
 
@@ -80,7 +81,7 @@ def _record_on_parent(
 
 def _settings(config: PipelineConfig, manifest: Manifest) -> dict[str, Any]:
     """The sweep run's params: sample sizes, searcher, metric, ASHA and the search space."""
-    sample = sample_sizes(config.sweep, manifest)
+    sample = sample_sizes(config.sweep, manifest, drives_trainer(config))
     return {
         "sample_rows.train": sample["train"],
         "sample_rows.val": sample["val"],

@@ -45,9 +45,12 @@ def model_metrics(result: dict[str, Any], first: str | None = None) -> dict[str,
     return dict(sorted(metrics.items(), key=lambda item: item[0] != first))
 
 
-def trial_step(result: dict[str, Any]) -> int | None:
-    """A result's step: its epoch. None for a mid-epoch checkpoint's report (no epoch done)."""
-    epoch = result.get("epoch")
+def trial_step(result: dict[str, Any], counted: bool = False) -> int | None:
+    """A result's step: its epoch. None for a mid-epoch checkpoint's report (no epoch done).
+    ``counted``: a user's function (``train.engine: function``), whose reports are its epochs,
+    numbered by Tune (``training_iteration``) as the train run numbers them, whatever keys the
+    function reports."""
+    epoch = result.get("training_iteration" if counted else "epoch")
     return int(epoch) if epoch is not None else None
 
 
@@ -59,6 +62,7 @@ def tune_callback(tracker: Tracker, sweep_run_id: str):
     sweep_tags = tracker.client.get_run(sweep_run_id).data.tags
     tags = {**inherited_tags(sweep_tags), PARENT_TAG: sweep_run_id, STAGE_TAG: "trial"}
     sweep_metric = tracker.config.sweep.metric
+    counted = tracker.config.train.engine == "function"
 
     class TrialMetricsCallback(MLflowLoggerCallback):
         """One run per trial: named "trial NN" (the sweep stage renames it with its values once
@@ -76,7 +80,8 @@ def tune_callback(tracker: Tracker, sweep_run_id: str):
             self.mlflow_util.log_params(run_id=self._trial_runs[trial], params_to_log=params)
 
         def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-            step, metrics = trial_step(result), model_metrics(result, sweep_metric)
+            step = trial_step(result, counted)
+            metrics = model_metrics(result, sweep_metric)
             if step is None or not metrics:
                 return
             self.mlflow_util.log_metrics(

@@ -7,6 +7,7 @@ from typing import Any
 
 from training.config import PipelineConfig
 from training.errors import TrainflowError, one_line
+from training.loop.failures import contract_error
 from training.metrics import EPOCH_METRICS, gain
 
 
@@ -48,6 +49,9 @@ def summarize(grid, config: PipelineConfig) -> SweepOutcome:
     keys = list(sweep.search_space)
     trials: list[TrialSummary] = []
     for result in grid:
+        broken = contract_error(result.error)
+        if broken is not None:  # the user's function breaks it in every trial: stop here
+            raise broken
         metrics = result.metrics or {}
         epochs = int(metrics.get("training_iteration", 0) or 0)
         if result.error is not None:

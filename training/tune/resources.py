@@ -21,10 +21,17 @@ TRAINER_DRIVER_CPU = 0.01
 @dataclass(frozen=True)
 class TrialResources:
     """``trial``: the argument of ``tune.with_resources`` (the trial's own process).
-    ``worker``: each TorchTrainer worker's resources (workers_per_trial > 1), else None."""
+    ``worker``: each TorchTrainer worker's resources (:func:`drives_trainer`), else None."""
 
     trial: dict[str, float]
     worker: dict[str, float] | None = None
+
+
+def drives_trainer(config: PipelineConfig) -> bool:
+    """Whether each trial drives a TorchTrainer (Tune over Train) rather than running the loop
+    in its own process: with several workers per trial, and always for a user's function,
+    which is written for Ray Train's worker (its dataset shards, reports and checkpoints)."""
+    return config.sweep.workers_per_trial > 1 or config.train.engine == "function"
 
 
 def trial_resources(config: PipelineConfig, cluster: Mapping[str, float]) -> TrialResources:
@@ -35,9 +42,9 @@ def trial_resources(config: PipelineConfig, cluster: Mapping[str, float]) -> Tri
     take a sliver of CPU for the trial and give each worker ``train.resources_per_worker``
     plus, with use_gpu, ``sweep.gpus_per_trial`` whole GPUs.
     """
-    sweep, train = config.sweep, config.train
+    train = config.train
     gpus = _gpus(config, cluster) if train.use_gpu else 0.0
-    if sweep.workers_per_trial == 1:
+    if not drives_trainer(config):
         return TrialResources({"cpu": 1.0, **({"gpu": gpus} if gpus else {})})
     worker = dict(train.resources_per_worker)
     if gpus:

@@ -3,7 +3,9 @@
 workers_per_trial == 1: a plain Tune function trial runs the loop in-process (a TorchTrainer would
 add 15-20 s of start-up per trial on a small machine and nothing else).
 workers_per_trial > 1: each trial drives a TorchTrainer (Tune over Train, Ray 2.60's pattern).
-Either way the loop is ``training.loop.loop.run_loop``.
+Either way the loop is ``training.loop.loop.run_loop``. A user's function
+(``train.engine: function``) always runs in a TorchTrainer trial: it is written for Ray Train's
+worker.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from training.manifest import FeatureSpec, Manifest
 from training.platform import signals
 from training.storage import StorageLayout
 from training.tune.outcome import SweepOutcome, summarize
-from training.tune.resources import trial_resources
+from training.tune.resources import drives_trainer, trial_resources
 from training.tune.space import param_space
 
 log = logging.getLogger(__name__)
@@ -74,9 +76,11 @@ def _trainer_trial(
     workers: int,
 ):
     import ray.tune
+    from ray.train import TrainingFailedError
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from training.loop.trainer import build_trainer
+    from training.loop.failures import contract_error
+    from training.loop.trainer import build_trainer, function_callbacks, function_without_checkpoint
 
     config = validate_config(base).with_overrides(params)
     trial_id = ray.tune.get_context().get_trial_id()
@@ -88,16 +92,27 @@ def _trainer_trial(
         storage_filesystem=storage_filesystem,
         max_epochs=max_epochs,
         num_workers=workers,
-        callbacks=[TuneReportCallback()],
+        # A function's report is checked before Tune (and ASHA) sees it.
+        callbacks=[*function_callbacks(config), TuneReportCallback()],
     )
-    trainer.fit()
+    try:
+        result = trainer.fit()
+    except TrainingFailedError as exc:
+        broken = contract_error(exc)
+        if broken is not None:  # one line for the sweep to end the run with
+            raise broken from None
+        raise
+    if config.train.engine == "function" and not result.metrics:
+        raise function_without_checkpoint(config, reported=False)
 
 
-def sample_sizes(sweep: SweepConfig, manifest: Manifest) -> dict[str, int]:
+def sample_sizes(
+    sweep: SweepConfig, manifest: Manifest, trainer_trials: bool = False
+) -> dict[str, int]:
     """Rows of train and val each function trial gets: ``sweep.sample_rows`` of train, fewer if
     their features exceed ``sweep.sample_mb`` (all of a smaller split), and the same fraction of
     val. The final training always takes every row, and so do TorchTrainer trials
-    (``workers_per_trial > 1``, which stream the splits with Ray Data)."""
+    (``workers_per_trial > 1`` or ``trainer_trials``, which stream the splits with Ray Data)."""
     train, val = manifest.rows["train"], manifest.rows["val"]
     limits = [train]
     if sweep.sample_rows is not None:
@@ -105,14 +120,15 @@ def sample_sizes(sweep: SweepConfig, manifest: Manifest) -> dict[str, int]:
     if sweep.sample_mb is not None:
         limits.append(max(1, sweep.sample_mb * 1024**2 // manifest.spec.row_bytes))
     rows = min(limits)
-    if rows >= train or sweep.workers_per_trial > 1:
+    if rows >= train or trainer_trials or sweep.workers_per_trial > 1:
         return {"train": train, "val": val}
     return {"train": rows, "val": max(1, math.ceil(val * rows / train))}
 
 
-def _sample_note(sweep: SweepConfig, manifest: Manifest) -> str:
+def _sample_note(config: PipelineConfig, manifest: Manifest) -> str:
     """What the sweep's progress lines add when trials train on a sample."""
-    used, train = sample_sizes(sweep, manifest)["train"], manifest.rows["train"]
+    sizes = sample_sizes(config.sweep, manifest, drives_trainer(config))
+    used, train = sizes["train"], manifest.rows["train"]
     return f"; trials on {used:,} of {train:,} train rows" if used < train else ""
 
 
@@ -127,7 +143,7 @@ def _trainable(config: PipelineConfig, manifest: Manifest, storage_path: str, st
     if resources.worker is not None:  # each TorchTrainer worker's CPUs and GPUs
         config = config.with_overrides({"train.resources_per_worker": resources.worker})
     base = config.model_dump(mode="json")
-    if sweep.workers_per_trial == 1:
+    if not drives_trainer(config):
         sizes = sample_sizes(sweep, manifest)
         if sizes["train"] < manifest.rows["train"]:
             progress.report(
@@ -229,12 +245,12 @@ def run_sweep(
         tuner = tune.Tuner(
             trainable,
             param_space=param_space(config.sweep),
-            tune_config=_tune_config(config.sweep),
+            tune_config=_tune_config(config.sweep, reuse_actors=not drives_trainer(config)),
             run_config=tune.RunConfig(
                 name=SWEEP_NAME,
                 storage_path=storage_path,
                 storage_filesystem=storage_fs,
-                callbacks=[*(callbacks or []), _progress(config.sweep, manifest)],
+                callbacks=[*(callbacks or []), _progress(config, manifest)],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 verbose=0,
             ),
@@ -245,7 +261,7 @@ def run_sweep(
     return summarize(grid, config)
 
 
-def _tune_config(sweep: SweepConfig):
+def _tune_config(sweep: SweepConfig, reuse_actors: bool):
     """The metric, the samples, the searcher and ASHA over epochs (one report per epoch)."""
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -264,18 +280,19 @@ def _tune_config(sweep: SweepConfig):
         # A new function trial reuses a finished trial's process: 1.5-3 s of Python and
         # torch start-up saved per trial (benchmark B6). Not for trials that drive a
         # TorchTrainer: a second fit() in the same trial process hangs in Ray 2.60.
-        reuse_actors=sweep.workers_per_trial == 1,
+        reuse_actors=reuse_actors,
     )
 
 
-def _progress(sweep: SweepConfig, manifest: Manifest):
+def _progress(config: PipelineConfig, manifest: Manifest):
     """The console's sweep line: trials finished, stopped early, running, the best so far."""
     from training.tune.progress import SweepProgress
 
+    sweep = config.sweep
     return SweepProgress(
         sweep.metric,
         sweep.mode,
         sweep.num_samples,
         sweep.asha.max_t,
-        sample=_sample_note(sweep, manifest),
+        sample=_sample_note(config, manifest),
     )
