@@ -174,10 +174,14 @@ def test_a_function_that_cannot_be_called_with_a_config_is_refused(user_package,
 def test_the_cli_refuses_a_bad_function_in_one_line_before_ray_starts(
     user_package, tmp_path, monkeypatch, function, message
 ):
-    import ray
-
     from trainflow.cli import app
+    from training.platform import cluster
 
+    # Ray's own is_initialized() would answer for the whole test process, where another
+    # module's fixture may hold an instance: the calls that start or join one are watched.
+    started: list[str] = []
+    monkeypatch.setattr(cluster, "start_early", lambda *a, **k: started.append("start_early"))
+    monkeypatch.setattr(cluster, "connect", lambda *a, **k: started.append("connect"))
     monkeypatch.chdir(tmp_path)
     sets = ["model.kind=custom", f"model.factory={FACTORY}", "train.engine=function"]
     sets.append(f"train.function={function}")
@@ -186,7 +190,7 @@ def test_the_cli_refuses_a_bad_function_in_one_line_before_ray_starts(
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0] and "train.function=" in lines[0], lines
-    assert not ray.is_initialized()
+    assert started == []
 
 
 # -- the report contract and the history ---------------------------------------------------------
