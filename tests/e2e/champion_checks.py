@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 
 NO_TRAINFLOW = """
 import importlib.util, json, sys
@@ -68,6 +69,31 @@ def raw_test_rows(digits: Path, split_seed: int = 0) -> pd.DataFrame:
     cfg = SplitConfig(seed=split_seed)
     hashes = row_hashes(frame, label_column="label", feature_columns=features, seed=cfg.seed)
     return frame[assign_splits(hashes, cfg) == "test"].reset_index(drop=True)
+
+
+def champion_scores_digits_alone(home: Path, client, package: str, model: str) -> dict:
+    """The champion of ``model`` (a custom network from the user's ``package``), loaded where
+    neither trainflow nor the package is importable, scores the raw digits test rows of the
+    run in ``home``: every row answered, the package imported from the model's own code
+    directory, and the same test accuracy the version carries."""
+    rows = raw_test_rows(home / "datasets" / "digits" / "digits.parquet")
+    where = home / "alone"
+    where.mkdir()
+    rows.drop(columns=["label"]).to_parquet(where / "test.parquet")
+    version = client.get_model_version_by_alias(model, "champion")
+    out = load_without_user_code(
+        package,
+        f"sqlite:///{home / 'mlflow.db'}",
+        f"models:/{model}@champion",
+        where / "test.parquet",
+        where / "preds.parquet",
+    )
+    assert out["rows"] == len(rows)
+    assert out["user_code"] and f"code/{package}/__init__.py" in out["user_code"], out
+    preds = pd.read_parquet(where / "preds.parquet")
+    accuracy = float((preds["prediction"].to_numpy() == rows["label"].to_numpy()).mean())
+    assert accuracy == pytest.approx(float(version.tags["test_accuracy"]), abs=1e-6)
+    return out
 
 
 def predict_without_trainflow(tracking_uri: str, model_uri: str, table: Path, out: Path) -> dict:

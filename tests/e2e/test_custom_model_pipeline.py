@@ -113,25 +113,9 @@ def test_the_checkpoint_records_the_factory_and_its_params(custom_run):
 
 
 def test_the_champion_carries_the_user_package_and_loads_without_it(home, custom_run, client):
-    from champion_checks import raw_test_rows
+    from champion_checks import champion_scores_digits_alone
 
-    rows = raw_test_rows(home / "datasets" / "digits" / "digits.parquet")
-    where = home / "alone"
-    where.mkdir()
-    rows.drop(columns=["label"]).to_parquet(where / "test.parquet")
-    version = client.get_model_version_by_alias("digits-custom", "champion")
-    out = load_alone(
-        f"sqlite:///{home / 'mlflow.db'}",
-        "models:/digits-custom@champion",
-        where / "test.parquet",
-        where / "preds.parquet",
-    )
-    assert out["rows"] == len(rows)
-    # imported from the model's own code directory, not from the project
-    assert out["user_code"] and f"code/{PACKAGE}/__init__.py" in out["user_code"], out
-    preds = pd.read_parquet(where / "preds.parquet")
-    accuracy = float((preds["prediction"].to_numpy() == rows["label"].to_numpy()).mean())
-    assert accuracy == pytest.approx(float(version.tags["test_accuracy"]), abs=1e-6)
+    champion_scores_digits_alone(home, client, PACKAGE, "digits-custom")
 
 
 def test_a_bad_factory_is_refused_before_anything_starts(tmp_path):

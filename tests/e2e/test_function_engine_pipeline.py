@@ -15,10 +15,9 @@ import os
 import textwrap
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
-from champion_checks import load_without_user_code, raw_test_rows
+from champion_checks import champion_scores_digits_alone
 from cli_runner import run_cli, run_log_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -195,20 +194,4 @@ def test_the_champion_answers_on_the_raw_table_without_trainflow_or_the_user_cod
     summary, _ = function_run
     assert summary["model"]["decision"] == "first-model"
     assert summary["test_metrics"]["test_accuracy"] > 0.7, summary["test_metrics"]
-    rows = raw_test_rows(home / "datasets" / "digits" / "digits.parquet")
-    where = home / "alone"
-    where.mkdir()
-    rows.drop(columns=["label"]).to_parquet(where / "test.parquet")
-    version = client.get_model_version_by_alias("digits-function", "champion")
-    out = load_without_user_code(
-        PACKAGE,
-        f"sqlite:///{home / 'mlflow.db'}",
-        "models:/digits-function@champion",
-        where / "test.parquet",
-        where / "preds.parquet",
-    )
-    assert out["rows"] == len(rows)
-    assert out["user_code"] and f"code/{PACKAGE}/__init__.py" in out["user_code"], out
-    preds = pd.read_parquet(where / "preds.parquet")
-    accuracy = float((preds["prediction"].to_numpy() == rows["label"].to_numpy()).mean())
-    assert accuracy == pytest.approx(float(version.tags["test_accuracy"]), abs=1e-6)
+    champion_scores_digits_alone(home, client, PACKAGE, "digits-function")
