@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ from training.model.factory import ModelSpec, check_factory
 
 pl = pytest.importorskip("lightning.pytorch", reason="the [lightning] extra (make test has it)")
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "tf_unit_user_lightning"
 USER_CODE = """
 import math
@@ -280,3 +282,15 @@ def test_a_checkpoint_that_does_not_load_into_the_factorys_module_is_named(
     with pytest.raises(FunctionContractError, match=message) as caught:
         user_checkpoint_state(str(tmp_path), config, _spec())
     assert "docs/your-training-code.md" in str(caught.value)
+
+
+def test_the_example_config_and_module_pass_the_checks_before_anything_starts(monkeypatch):
+    import yaml
+
+    example = REPO_ROOT / "examples" / "lightning"
+    monkeypatch.syspath_prepend(str(example))
+    config = validate_config(yaml.safe_load((example / "config.yaml").read_text()))
+    assert config.train.engine == "lightning"
+    check_factory(config.model, ModelSpec.of([64], 10), {"width": 32, "lr": 1e-3}, lightning=True)
+    for name in [n for n in sys.modules if n.split(".")[0] == "my_lightning"]:
+        del sys.modules[name]
