@@ -90,3 +90,13 @@ class ReportHistory:
 
     def restarted(self) -> None:
         del self.epochs[self._checkpointed :]
+
+    def epoch_of(self, metrics: dict[str, Any]) -> int | None:
+        """trainflow's number of the epoch that reported ``metrics`` (a checkpoint's, as Ray
+        ranked it), or None: the user's own ``epoch`` key (Lightning's counts from 0) is not
+        the one the train run's steps use."""
+        wanted = {k: float(v) for k, v in metrics.items() if _is_number(v) and k != "epoch"}
+        for row in reversed(self.epochs):
+            if wanted and all(row.get(key) == value for key, value in wanted.items()):
+                return int(row["epoch"])
+        return None

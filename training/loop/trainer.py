@@ -329,6 +329,10 @@ def train_final(
     if best is None:
         raise TrainflowError("training finished without a checkpoint; check the worker logs")
     best_metrics = next((m for c, m in result.best_checkpoints or [] if c.path == best.path), {})
+    if recorded is not None:  # the epoch as the train run numbers it
+        best_metrics = {k: v for k, v in best_metrics.items() if k != "epoch"}
+        epoch = recorded.epoch_of(best_metrics)
+        best_metrics.update({"epoch": epoch} if epoch is not None else {})
     history, step_metrics, profile = unpack(result.return_value)
     return TrainOutcome(
         checkpoint_path=layout.uri_of(best.path),
