@@ -294,3 +294,64 @@ def test_the_example_config_and_module_pass_the_checks_before_anything_starts(mo
     check_factory(config.model, ModelSpec.of([64], 10), {"width": 32, "lr": 1e-3}, lightning=True)
     for name in [n for n in sys.modules if n.split(".")[0] == "my_lightning"]:
         del sys.modules[name]
+
+
+class _Shard:
+    """What ``ray.train.get_dataset_shard`` gives, as far as the batches go: dict batches."""
+
+    def __init__(self, rows: int) -> None:
+        self.features, self.labels = torch.randn(rows, 4), torch.randint(0, 3, (rows,))
+
+    def iter_torch_batches(self, batch_size: int):
+        for start in range(0, len(self.labels), batch_size):
+            end = start + batch_size
+            yield {"features": self.features[start:end], "label": self.labels[start:end]}
+
+
+def test_the_module_gets_tuples_each_epoch_and_its_validation_is_logged_before_the_report():
+    from training.loop.lightning_engine import ShardBatches
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net, self.shapes = torch.nn.Linear(4, 3), set()
+
+        def training_step(self, batch, batch_idx):
+            features, label = batch
+            self.shapes.add((tuple(features.shape[1:]), label.dtype))
+            return torch.nn.functional.cross_entropy(self.net(features), label)
+
+        def validation_step(self, batch, batch_idx):
+            features, label = batch
+            accuracy = (self.net(features).argmax(1) == label).float().mean()
+            self.log("val_accuracy", accuracy, sync_dist=True)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class Reports(pl.Callback):  # where Ray's RayTrainReportCallback reads the metrics
+        def __init__(self):
+            self.reported = []
+
+        def on_train_epoch_end(self, trainer, module):
+            self.reported.append(sorted(trainer.callback_metrics))
+
+    reports, module = Reports(), Module()
+    trainer = pl.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[reports],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(
+        module,
+        train_dataloaders=ShardBatches(_Shard(20), 8, [4]),
+        val_dataloaders=ShardBatches(_Shard(10), 8, [4]),
+    )
+    assert module.shapes == {((4,), torch.int64)}
+    assert reports.reported == [["val_accuracy"], ["val_accuracy"]]
