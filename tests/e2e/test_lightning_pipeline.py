@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 from champion_checks import load_without_user_code, raw_test_rows
-from cli_runner import run_cli
+from cli_runner import run_cli, run_log_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -130,7 +130,7 @@ def test_asha_stops_trials_on_what_the_module_logged(lightning_run, client):
 
 def test_the_final_training_logs_each_epoch_once_on_two_workers(lightning_run, client):
     summary, proc = lightning_run
-    assert "starting 2 worker(s)" in proc.stdout
+    assert "starting 2 worker(s)" in run_log_of(proc).read_text()  # every progress event
     train_run = summary["mlflow"]["train_run_id"]
     for key in ("val_accuracy", "train_loss"):
         assert _metric_steps(client, train_run, key) == [1, 2], key
