@@ -209,8 +209,8 @@ class TrainConfig(Section):
         return self
 
     def _check_engine_keys(self) -> None:
-        """An engine other than trainflow's loop trains with DDP, checkpoints at epoch ends and
-        refuses the loop's own keys, naming them."""
+        """An engine other than trainflow's loop trains with DDP (Lightning's also with FSDP),
+        checkpoints at epoch ends and refuses the loop's own keys, naming them."""
         engine = self.engine
         if self.strategy not in _ENGINE_STRATEGIES[engine]:
             taken = " or ".join(name.upper() for name in _ENGINE_STRATEGIES[engine])
