@@ -117,6 +117,7 @@ def _raw(factory: str = FACTORY, **train) -> dict:
             "LightningModule",
         ),
         (_raw(checkpoint={"every_n_batches": 10}), "train.engine=lightning checkpoints at epoch"),
+        (_raw(strategy="fsdp"), "train.strategy=fsdp trains on GPUs (Lightning's FSDP needs CUDA)"),
         (
             {**_raw(), "sweep": {}},  # the default space sweeps train.lr, model.dropout, ...
             "sweep.search_space train.lr, train.weight_decay, model.dropout: "
@@ -131,7 +132,8 @@ def test_the_config_refuses_what_the_lightning_engine_cannot_use(raw, message):
 
 
 def test_fsdp_the_factorys_keywords_and_an_unswept_default_space_are_taken():
-    assert validate_config(_raw(strategy="fsdp")).train.strategy == "fsdp"
+    fsdp = validate_config(_raw(strategy="fsdp", use_gpu=True, backend="nccl"))
+    assert fsdp.train.strategy == "fsdp"
     unswept = {**_raw(), "sweep": {"enabled": False}}
     assert validate_config(unswept).train.epochs_from_reports
 

@@ -218,6 +218,13 @@ class TrainConfig(Section):
                 f"train.engine={engine} trains with {taken}: train.strategy={self.strategy} is "
                 "the loop's"
             )
+        if engine == "lightning" and self.strategy == "fsdp" and not self.use_gpu:
+            # Lightning refuses its FSDPStrategy on a CPU accelerator; Ray's subclass slips
+            # past that check only to fail in the workers.
+            raise ValueError(
+                "train.engine=lightning with train.strategy=fsdp trains on GPUs (Lightning's "
+                "FSDP needs CUDA): set train.use_gpu: true, or train.strategy: ddp on CPUs"
+            )
         if self.checkpoint.every_n_batches:
             raise ValueError(
                 f"train.engine={engine} checkpoints at epoch ends: "
