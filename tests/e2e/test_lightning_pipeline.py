@@ -4,9 +4,10 @@ package outside the project on PYTHONPATH, trained by a Lightning Trainer that R
 integration prepares on each worker.
 
 One run, smaller than the smoke run: a sweep of 4 trials (ASHA, max_t 2) where ASHA stops at
-least one on what the module logged, a final training on 2 workers (RayDDPStrategy), evaluate,
-gate, registry; the champion answers on the raw table where neither trainflow nor the user
-package is importable (Lightning is: the model rebuilds the module)."""
+least one on what the module logged, a final training on 2 workers (RayDDPStrategy) where rank 1
+crashes once and the Trainer resumes from Ray's latest checkpoint, evaluate, gate, registry; the
+champion answers on the raw table where neither trainflow nor the user package is importable
+(Lightning is: the model rebuilds the module)."""
 
 from __future__ import annotations
 
@@ -28,12 +29,17 @@ pytest.importorskip("lightning.pytorch", reason="the [lightning] extra (make tes
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"
 PACKAGE = "tf_e2e_user_lightning"
 # A LightningModule as Lightning's own guides write it; `build` is the factory trainflow calls.
+# Only for the test: the final training ("train") crashes once on rank 1 as epoch 2 begins, and
+# the resumed Trainer writes down the epoch it resumed at. MARKERS is filled in by the fixture.
 MODULE = """
 import math
+import os
 
 import lightning.pytorch as pl
 import torch
 from torch import nn
+
+MARKERS = "{markers}"
 
 
 class Classifier(pl.LightningModule):
@@ -45,6 +51,19 @@ class Classifier(pl.LightningModule):
 
     def forward(self, x):
         return self.net(x)
+
+    def on_train_epoch_start(self):
+        import ray.train  # here: the served model imports this module, and needs no Ray
+
+        context = ray.train.get_context()
+        if context.get_experiment_name() != "train" or context.get_world_rank() != 1:
+            return
+        crashed = os.path.join(MARKERS, "crashed")
+        if self.current_epoch == 1 and not os.path.exists(crashed):
+            open(crashed, "w").close()
+            raise RuntimeError("injected crash of rank 1")
+        if os.path.exists(crashed):
+            open(os.path.join(MARKERS, f"resumed-at-epoch-{{self.current_epoch + 1}}"), "w").close()
 
     def training_step(self, batch, batch_idx):
         features, label = batch
@@ -66,7 +85,7 @@ def build(spec, width=32, lr=1e-2):
 """
 SETTINGS = {
     "model": {"kind": "custom", "factory": f"{PACKAGE}.module:build", "params": {"width": 32}},
-    "train": {"engine": "lightning", "max_epochs": 2},
+    "train": {"engine": "lightning", "max_epochs": 2, "max_failures": 1},
     "sweep": {
         "asha": {"max_t": 2, "grace_period": 1, "reduction_factor": 2},
         # Trials of clearly different quality, so ASHA stops at least one at the first rung.
@@ -78,12 +97,15 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory) -> Path:
-    """The trainflow home, and beside it the user's package (outside the project)."""
+    """The trainflow home, and beside it the user's package (outside the project) and the
+    directory the injected crash leaves its markers in."""
     home = tmp_path_factory.mktemp("lightning-home")
+    markers = home / "markers"
+    markers.mkdir()
     package = home / "user_code" / PACKAGE
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "module.py").write_text(textwrap.dedent(MODULE))
+    (package / "module.py").write_text(textwrap.dedent(MODULE.format(markers=markers)))
     return home
 
 
@@ -128,9 +150,15 @@ def test_asha_stops_trials_on_what_the_module_logged(lightning_run, client):
         assert _metric_steps(client, trial.info.run_id, "val_accuracy") in ([1], [1, 2])
 
 
-def test_the_final_training_logs_each_epoch_once_on_two_workers(lightning_run, client):
+def test_the_crashed_worker_resumed_from_the_checkpoint_each_epoch_logged_once(
+    home, lightning_run, client
+):
     summary, proc = lightning_run
-    assert "starting 2 worker(s)" in run_log_of(proc).read_text()  # every progress event
+    markers = sorted(p.name for p in (home / "markers").iterdir())
+    assert markers == ["crashed", "resumed-at-epoch-2"], markers
+    events = run_log_of(proc).read_text()  # every progress event; the console prints a few
+    assert "starting 2 worker(s)" in events
+    assert "worker(s) 1 failed; Ray Train restarts the group" in events
     train_run = summary["mlflow"]["train_run_id"]
     for key in ("val_accuracy", "train_loss"):
         assert _metric_steps(client, train_run, key) == [1, 2], key
