@@ -12,9 +12,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
-# The tests also drive the loop's DeepSpeed path on CPU workers: `make test` adds that extra.
+# The tests also drive the loop's DeepSpeed path on CPU workers and train a LightningModule:
+# `make test` adds those extras.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,deepspeed]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,deepspeed,lightning]'
 	touch $(TEST_STAMP)
 
 setup: $(STAMP)

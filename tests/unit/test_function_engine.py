@@ -240,6 +240,15 @@ def test_the_history_has_each_epoch_once_across_a_restart():
     ]
 
 
+def test_the_best_checkpoints_epoch_is_the_train_runs_not_the_users_own():
+    history = ReportHistory()
+    history.add({"val_accuracy": 0.5, "epoch": 0, "step": 10}, checkpointed=True)
+    history.add({"val_accuracy": 0.7, "epoch": 1, "step": 20}, checkpointed=True)
+    history.add({"val_accuracy": 0.6, "epoch": 2, "step": 30}, checkpointed=True)
+    assert history.epoch_of({"val_accuracy": 0.7, "epoch": 1, "step": 20}) == 2
+    assert history.epoch_of({"val_accuracy": 0.9}) is None and history.epoch_of({}) is None
+
+
 def test_a_functions_trial_runs_number_epochs_by_report_not_by_its_own_epoch_key():
     from training.tracking.sweep_runs import trial_step
 

@@ -9,6 +9,7 @@ from pydantic import Field, ValidationError, model_validator
 from training.config.capacity import check_fits_local_instance
 from training.config.causal_lm import check_causal_lm
 from training.config.dotted import describe_errors, flatten, set_dotted
+from training.config.lightning import check_lightning
 from training.config.schema_base import BUILTIN_DIGITS, DIGITS_IMAGE_SHAPE, Section
 from training.config.schema_data import DataConfig
 from training.config.schema_services import MlflowConfig, RayConfig, StorageConfig
@@ -56,6 +57,8 @@ class PipelineConfig(Section):
                 "your train.function trains, which trainflow rebuilds to evaluate and serve its "
                 "checkpoint's model.pt"
             )
+        if self.train.engine == "lightning":
+            check_lightning(self)
         if self.data.task != "auto":  # a regression ranks, keeps and gates by RMSE
             follow_task(self, self.data.task)
         if self.ray.address is None:

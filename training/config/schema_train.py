@@ -19,12 +19,16 @@ _FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 _LOOP_ONLY = {
     "hf_trainer": ("eval_every_steps", "compile", "profile"),
     "function": ("eval_every_steps", "compile", "profile", "grad_accum_steps"),
+    "lightning": ("eval_every_steps", "compile", "profile", "grad_accum_steps"),
 }
 # What an engine other than the loop does instead, said where a loop-only key is refused.
 _ENGINE_OWNS = {
     "hf_trainer": "train.hf_args passes a Trainer its own",
     "function": "your train.function owns its loop",
+    "lightning": "Lightning's Trainer runs your LightningModule",
 }
+# The Ray strategies an engine's training takes (train.strategy); the loop takes every one.
+_ENGINE_STRATEGIES = {"hf_trainer": ("ddp",), "function": ("ddp",), "lightning": ("ddp", "fsdp")}
 
 
 class ModelConfig(Section):
@@ -138,10 +142,11 @@ class TrainConfig(Section):
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
     max_failures: int = Field(1, ge=-1, description="worker-group restarts allowed; -1 = forever")
     seed: int = Field(0, ge=0, description="seed of init, shuffling and dropout")
-    engine: Literal["loop", "hf_trainer", "function"] = Field(
+    engine: Literal["loop", "hf_trainer", "function", "lightning"] = Field(
         "loop",
         description="loop | hf_trainer (a transformers.Trainer per worker; model.kind hf) | "
-        "function (your own train_loop_per_worker: train.function)",
+        "function (your own train_loop_per_worker: train.function) | lightning (model.factory "
+        "returns a LightningModule; the [lightning] extra)",
     )
     function: str | None = Field(
         None,
@@ -204,13 +209,21 @@ class TrainConfig(Section):
         return self
 
     def _check_engine_keys(self) -> None:
-        """An engine other than trainflow's loop trains with DDP, checkpoints at epoch ends and
-        refuses the loop's own keys, naming them."""
+        """An engine other than trainflow's loop trains with DDP (Lightning's also with FSDP),
+        checkpoints at epoch ends and refuses the loop's own keys, naming them."""
         engine = self.engine
-        if self.strategy != "ddp":
+        if self.strategy not in _ENGINE_STRATEGIES[engine]:
+            taken = " or ".join(name.upper() for name in _ENGINE_STRATEGIES[engine])
             raise ValueError(
-                f"train.engine={engine} trains with DDP: train.strategy={self.strategy} is "
+                f"train.engine={engine} trains with {taken}: train.strategy={self.strategy} is "
                 "the loop's"
+            )
+        if engine == "lightning" and self.strategy == "fsdp" and not self.use_gpu:
+            # Lightning refuses its FSDPStrategy on a CPU accelerator; Ray's subclass slips
+            # past that check only to fail in the workers.
+            raise ValueError(
+                "train.engine=lightning with train.strategy=fsdp trains on GPUs (Lightning's "
+                "FSDP needs CUDA): set train.use_gpu: true, or train.strategy: ddp on CPUs"
             )
         if self.checkpoint.every_n_batches:
             raise ValueError(
@@ -227,6 +240,13 @@ class TrainConfig(Section):
                 f"{', '.join(loop_only)}: trainflow's loop only (train.engine=loop); "
                 f"{_ENGINE_OWNS[engine]}"
             )
+
+    @property
+    def epochs_from_reports(self) -> bool:
+        """Whether the user's code makes the Ray Train reports (a function, or Lightning's
+        report callback after each epoch of the user's module): one report is one epoch, and
+        the history is built from them rather than carried in trainflow's checkpoints."""
+        return self.engine in ("function", "lightning")
 
     @property
     def torch_backend(self) -> str:

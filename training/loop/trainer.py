@@ -194,8 +194,8 @@ def build_trainer(
 
 def _engine_worker(config: PipelineConfig, train_fn):
     """``train_fn``, or the engine's worker in the loop's place: a transformers Trainer
-    (``hf_trainer``) or the user's function (``function``). A test's or benchmark's own
-    ``train_fn`` is kept."""
+    (``hf_trainer``), the user's function (``function``) or a Lightning Trainer of the user's
+    module (``lightning``). A test's or benchmark's own ``train_fn`` is kept."""
     if train_fn is not train_worker:
         return train_fn
     if config.train.engine == "hf_trainer":
@@ -206,30 +206,43 @@ def _engine_worker(config: PipelineConfig, train_fn):
         from training.loop.function_engine import function_worker
 
         return function_worker
+    if config.train.engine == "lightning":
+        from training.loop.lightning_engine import lightning_worker
+
+        return lightning_worker
     return train_fn
 
 
 def _engine_settings(
     config: PipelineConfig, manifest: Manifest, max_epochs: int, **loop_options
 ) -> dict[str, Any]:
-    """The workers' ``train_loop_config``: the loop's settings, or a user function's path and
-    the plain ``config`` dict it is called with."""
+    """The workers' ``train_loop_config``: the loop's settings, a user function's path and
+    the plain ``config`` dict it is called with, or what a Lightning worker builds from."""
     if config.train.engine == "function":
         from training.loop.function_engine import function_settings
 
         return function_settings(config, manifest.spec, max_epochs)
+    if config.train.engine == "lightning":
+        from training.loop.lightning_engine import lightning_settings
+
+        return lightning_settings(config, manifest.spec, max_epochs)
     return loop_config(config, manifest.spec, max_epochs, split_rows=manifest.rows, **loop_options)
 
 
 def function_callbacks(config: PipelineConfig) -> list:
-    """With ``train.engine: function``, the check of every report the function makes: it must
-    carry ``sweep.metric`` (what ASHA ranks) and ``train.checkpoint.score_attribute`` (what
-    the checkpoints are kept by). Nothing for the other engines."""
+    """With ``train.engine: function`` or ``lightning``, the check of every report the user's
+    code makes: it must carry ``sweep.metric`` (what ASHA ranks) and
+    ``train.checkpoint.score_attribute`` (what the checkpoints are kept by). Nothing for the
+    other engines."""
+    required = [config.sweep.metric, config.train.checkpoint.score_attribute]
+    if config.train.engine == "lightning":
+        from training.loop.lightning_engine import LoggedMetricsContract
+
+        return [LoggedMetricsContract(str(config.model.factory), required)]
     if config.train.engine != "function":
         return []
     from training.loop.function_reports import ReportContract
 
-    required = [config.sweep.metric, config.train.checkpoint.score_attribute]
     return [ReportContract(str(config.train.function), required)]
 
 
@@ -280,7 +293,7 @@ def train_final(
 
     storage_path, storage_fs = layout.ray_storage(run_id)
     metric = config.train.checkpoint.score_attribute
-    recorded = ReportHistory() if config.train.engine == "function" else None
+    recorded = ReportHistory() if config.train.epochs_from_reports else None
     dashboard = cluster.dashboard_url()
     with training_progress(
         config.train.max_epochs,
@@ -316,6 +329,10 @@ def train_final(
     if best is None:
         raise TrainflowError("training finished without a checkpoint; check the worker logs")
     best_metrics = next((m for c, m in result.best_checkpoints or [] if c.path == best.path), {})
+    if recorded is not None:  # the epoch as the train run numbers it
+        best_metrics = {k: v for k, v in best_metrics.items() if k != "epoch"}
+        epoch = recorded.epoch_of(best_metrics)
+        best_metrics.update({"epoch": epoch} if epoch is not None else {})
     history, step_metrics, profile = unpack(result.return_value)
     return TrainOutcome(
         checkpoint_path=layout.uri_of(best.path),
@@ -335,9 +352,15 @@ def _workers_shown(workers: int | tuple[int, int]) -> str:
 
 def function_without_checkpoint(config: PipelineConfig, reported: bool) -> FunctionContractError:
     """A user's function that ended without a checkpoint: it never reported, or never
-    attached one."""
+    attached one. (A LightningModule's Trainer ended before its first epoch did.)"""
     from training.loop.function_reports import CONTRACT, MODEL_FILE
 
+    if config.train.engine == "lightning":
+        return FunctionContractError(
+            f"the LightningModule of model.factory {config.model.factory!r} finished without "
+            "completing an epoch, so Ray's report callback reported nothing: check that the "
+            f"train split has rows and the module does not stop the Trainer; see {CONTRACT}"
+        )
     what = "reported no checkpoint" if reported else "never called ray.train.report"
     return FunctionContractError(
         f"train.function {config.train.function!r} {what}: report once per epoch with the "

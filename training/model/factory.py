@@ -70,12 +70,16 @@ def load_callable(path: str, key: str, signature: str):
 
 
 def check_factory(
-    model: ModelConfig, spec: ModelSpec, swept: Mapping[str, Any] | None = None
+    model: ModelConfig,
+    spec: ModelSpec,
+    swept: Mapping[str, Any] | None = None,
+    lightning: bool = False,
 ) -> None:
     """Build the user's model once on the driver, and pass a batch of two through it.
 
     ``swept``: ``model.params`` values a sweep may set (one per swept key), so that a factory
-    refusing a swept keyword fails here, not in a trial. ConfigError on any problem.
+    refusing a swept keyword fails here, not in a trial. ``lightning``: the factory must
+    return a LightningModule (``train.engine: lightning``). ConfigError on any problem.
     """
     if model.kind != "custom" or model.factory is None:
         return
@@ -90,6 +94,10 @@ def check_factory(
             f"{type(exc).__name__}: {one_line(exc)}",
             f"it is called as {_SIGNATURE}; fix it or model.params",
         ) from None
+    if lightning:
+        from training.model.lightning_module import check_lightning_module
+
+        check_lightning_module(factory, net)
     if not isinstance(net, nn.Module):
         raise _bad(
             factory,

@@ -35,8 +35,8 @@ def load_checkpoint_state(
     config: PipelineConfig, checkpoint_path: str, spec: FeatureSpec | None = None
 ) -> dict[str, Any]:
     """A checkpoint's state (local or remote storage), loaded with ``weights_only``; a user
-    function's checkpoint (``train.engine: function``) becomes the same state (with the data's
-    ``spec``)."""
+    function's or LightningModule's checkpoint (``train.engine: function``, ``lightning``)
+    becomes the same state (with the data's ``spec``)."""
     from ray.train import Checkpoint
 
     from training.loop.checkpoint import load_model_state
@@ -46,10 +46,10 @@ def load_checkpoint_state(
     remote = is_remote(checkpoint_path)
     checkpoint = Checkpoint(path if remote else checkpoint_path, filesystem=fs if remote else None)
     with checkpoint.as_directory() as directory:
-        if config.train.engine == "function" and spec is not None:
-            from training.loop.function_checkpoint import function_checkpoint_state
+        if config.train.epochs_from_reports and spec is not None:
+            from training.loop.function_checkpoint import user_checkpoint_state
 
-            return function_checkpoint_state(directory, config, spec)
+            return user_checkpoint_state(directory, config, spec)
         return load_model_state(directory)
 
 

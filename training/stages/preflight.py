@@ -1,5 +1,6 @@
 """The driver's check of a custom model before any Ray worker starts (``model.kind: custom``),
-of a user's training function (``train.function``: it imports and takes one config), and of a
+of a user's training function (``train.function``: it imports and takes one config) or
+Lightning (installed, the factory returns a LightningModule), and of a
 Hugging Face model (``model.kind: hf``: it loads, its tokenizer fits); and the input's
 checks that need no cluster, for the CLI before anything starts (:func:`check_data_now`).
 
@@ -106,9 +107,14 @@ def check_data_now(config: PipelineConfig) -> None:
         raise missing_labels_error(missing, rows, files, plan, None)
 
 
-def check_function(config: PipelineConfig) -> None:
+def check_engine(config: PipelineConfig) -> None:
     """``train.engine: function``: ConfigError naming ``train.function`` unless it imports,
-    is callable and takes one ``config`` dict."""
+    is callable and takes one ``config`` dict. ``train.engine: lightning``: ConfigError naming
+    the extra unless Lightning is installed."""
+    if config.train.engine == "lightning":
+        from training.model.lightning_module import lightning_pytorch
+
+        lightning_pytorch()
     if config.train.engine != "function":
         return
     from training.loop.function_engine import check_function as check_train_function
@@ -120,7 +126,7 @@ def check_model_now(config: PipelineConfig) -> None:
     """The same check from the config alone, for the CLI before Prefect, MLflow or Ray start
     (seconds, not the half minute their start-up takes); the flow checks again."""
     check_strategy(config)
-    check_function(config)
+    check_engine(config)
     if config.model.kind == "hf":
         check_hf(config)
         return
@@ -132,7 +138,12 @@ def check_model_now(config: PipelineConfig) -> None:
 
     endpoint = config.storage.endpoint_url
     files = resolve_inputs(config.data, endpoint, StorageLayout.from_config(config).root)
-    check_factory(config.model, preview_spec(config, files, None), swept_params(config))
+    check_factory(
+        config.model,
+        preview_spec(config, files, None),
+        swept_params(config),
+        lightning=config.train.engine == "lightning",
+    )
 
 
 def check_model(config: PipelineConfig, files: list[str], fingerprint: str) -> None:
@@ -140,7 +151,7 @@ def check_model(config: PipelineConfig, files: list[str], fingerprint: str) -> N
     Hugging Face model: unless it and its tokenizer load and fit), or naming the strategy
     where the workers cannot run it, or ``train.function`` when it cannot be called."""
     check_strategy(config)
-    check_function(config)
+    check_engine(config)
     if config.model.kind == "hf":
         check_hf(config)
         return
@@ -153,7 +164,9 @@ def check_model(config: PipelineConfig, files: list[str], fingerprint: str) -> N
     layout = StorageLayout.from_config(config)
     manifest = load_manifest(layout.data_dir(fingerprint), layout.endpoint_url)
     spec = preview_spec(config, files, manifest)
-    check_factory(config.model, spec, swept_params(config))
+    check_factory(
+        config.model, spec, swept_params(config), lightning=config.train.engine == "lightning"
+    )
 
 
 def preview_spec(config: PipelineConfig, files: list[str], manifest: Manifest | None) -> ModelSpec:

@@ -95,16 +95,19 @@ class PackedModel:
     classes: list[Any]
 
 
-def requirements(spec: dict[str, Any] | None = None, text_model: bool = False) -> list[str]:
+def requirements(
+    spec: dict[str, Any] | None = None, text_model: bool = False, lightning: bool = False
+) -> list[str]:
     """What loading the model needs, pinned to this environment's versions (Pillow for a model
     of images: it decodes encoded ones; transformers and tokenizers for a Hugging Face text
-    model)."""
+    model; Lightning for a LightningModule, which the model rebuilds from its factory)."""
     pins = []
     images = ("pillow",) if spec and spec.get("image_column") else ()
     text = ("transformers", "tokenizers") if text_model else ()
     if ((spec or {}).get("tokens") or {}).get("chat_template"):
         text += ("jinja2",)  # transformers renders a chat template with it
-    for package in ("mlflow", "torch", "pandas", "numpy", *images, *text):
+    modules = ("lightning",) if lightning else ()
+    for package in ("mlflow", "torch", "pandas", "numpy", *images, *text, *modules):
         try:
             version = importlib.metadata.version(package).split("+")[0]  # drop "+cpu"
         except importlib.metadata.PackageNotFoundError:
@@ -132,7 +135,9 @@ def model_kwargs(state_path: str, spec: dict[str, Any], raw_rows: pd.DataFrame |
         "artifacts": artifacts,
         "signature": signature(spec, example),
         "input_example": example,
-        "pip_requirements": requirements(spec, model_config.get("kind") == "hf")
+        "pip_requirements": requirements(
+            spec, model_config.get("kind") == "hf", model_config.get("engine") == "lightning"
+        )
         + factory.requirements(model_config),
         # A key MLflow lets a loader override: load_model(uri, model_config={"device": "cpu"}).
         "model_config": {"device": None},

@@ -23,10 +23,14 @@ def tokenizer_file(spec: dict[str, Any], tmp: str) -> dict[str, str]:
 def servable_state_file(state_path: str, tmp: str) -> tuple[str, dict[str, Any]]:
     """(the state file the model carries, its model config). A Hugging Face model's checkpoint
     is rewritten without its optimizer, a LoRA adapter merged into the weights
-    (``hf_model.servable_state``): the registered model needs no PEFT and no base model."""
+    (``hf_model.servable_state``): the registered model needs no PEFT and no base model.
+    The model config of a LightningModule's state (``train.engine: lightning``) says so under
+    ``engine``: the served model imports Lightning to rebuild it."""
     import torch
 
     state = torch.load(state_path, map_location="cpu", weights_only=True)
+    if state.get("engine") == "lightning":
+        return state_path, {**state["model_config"], "engine": "lightning"}
     if state["model_config"].get("kind") != "hf":
         return state_path, state["model_config"]
     from training.model.hf_model import servable_state

@@ -47,7 +47,8 @@ def model_metrics(result: dict[str, Any], first: str | None = None) -> dict[str,
 
 def trial_step(result: dict[str, Any], counted: bool = False) -> int | None:
     """A result's step: its epoch. None for a mid-epoch checkpoint's report (no epoch done).
-    ``counted``: a user's function (``train.engine: function``), whose reports are its epochs,
+    ``counted``: a user's function or LightningModule (``train.engine: function``,
+    ``lightning``: Lightning reports its own 0-based epoch), whose reports are its epochs,
     numbered by Tune (``training_iteration``) as the train run numbers them, whatever keys the
     function reports."""
     epoch = result.get("training_iteration" if counted else "epoch")
@@ -62,7 +63,7 @@ def tune_callback(tracker: Tracker, sweep_run_id: str):
     sweep_tags = tracker.client.get_run(sweep_run_id).data.tags
     tags = {**inherited_tags(sweep_tags), PARENT_TAG: sweep_run_id, STAGE_TAG: "trial"}
     sweep_metric = tracker.config.sweep.metric
-    counted = tracker.config.train.engine == "function"
+    counted = tracker.config.train.epochs_from_reports
 
     class TrialMetricsCallback(MLflowLoggerCallback):
         """One run per trial: named "trial NN" (the sweep stage renames it with its values once

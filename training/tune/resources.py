@@ -29,9 +29,10 @@ class TrialResources:
 
 def drives_trainer(config: PipelineConfig) -> bool:
     """Whether each trial drives a TorchTrainer (Tune over Train) rather than running the loop
-    in its own process: with several workers per trial, and always for a user's function,
-    which is written for Ray Train's worker (its dataset shards, reports and checkpoints)."""
-    return config.sweep.workers_per_trial > 1 or config.train.engine == "function"
+    in its own process: with several workers per trial, and always for a user's function or
+    LightningModule, whose training is written for Ray Train's worker (its dataset shards,
+    reports and checkpoints)."""
+    return config.sweep.workers_per_trial > 1 or config.train.epochs_from_reports
 
 
 def trial_resources(config: PipelineConfig, cluster: Mapping[str, float]) -> TrialResources:

@@ -4,8 +4,8 @@ workers_per_trial == 1: a plain Tune function trial runs the loop in-process (a 
 add 15-20 s of start-up per trial on a small machine and nothing else).
 workers_per_trial > 1: each trial drives a TorchTrainer (Tune over Train, Ray 2.60's pattern).
 Either way the loop is ``training.loop.loop.run_loop``. A user's function
-(``train.engine: function``) always runs in a TorchTrainer trial: it is written for Ray Train's
-worker.
+(``train.engine: function``) or LightningModule (``lightning``) always runs in a TorchTrainer
+trial: it is written for Ray Train's worker.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _trainer_trial(
         if broken is not None:  # one line for the sweep to end the run with
             raise broken from None
         raise
-    if config.train.engine == "function" and not result.metrics:
+    if config.train.epochs_from_reports and not result.metrics:
         raise function_without_checkpoint(config, reported=False)
 
 
