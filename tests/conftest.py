@@ -39,6 +39,7 @@ LONGEST_FIRST = (
     "tests/integration/test_faults.py",
     "tests/e2e/test_flow_kill_resume.py",
     "tests/e2e/test_function_engine_pipeline.py",
+    "tests/e2e/test_lightning_pipeline.py",
     "tests/e2e/test_text_pipeline.py",
     "tests/e2e/test_hf_text.py",
     "tests/e2e/test_hf_trainer.py",
