@@ -5,13 +5,18 @@ A ``UserCallback`` there forwards each report through a ``ray.util.queue.Queue``
 driver turns them into progress events while ``fit()`` runs, and with ``train.engine: function``
 into the run's history (``training.loop.function_reports.ReportHistory``). The train line also
 names the Ray Dashboard, which can be opened while the run lasts.
+
+Each epoch's row also goes to ``on_epochs`` (the MLflow train run) once a checkpoint holds it:
+an epoch reported after the last checkpoint is trained and reported again after a restart, and
+a run stopped mid-way keeps in MLflow exactly the epochs its resume will not repeat.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ray.train.v2.api.callback import UserCallback
@@ -20,6 +25,9 @@ from training import progress
 from training.loop.function_reports import ReportHistory
 
 _POLL_S = 0.5
+logger = logging.getLogger(__name__)
+
+EpochSink = Callable[[list[dict[str, Any]]], None]
 
 
 class _ForwardReports(UserCallback):
@@ -37,6 +45,36 @@ class _ForwardReports(UserCallback):
         self._queue.put_nowait({"failed_ranks": sorted(worker_exceptions)})
 
 
+class _CheckpointedEpochs:
+    """Epoch rows held until a checkpoint covers them, then handed to the sink; dropped on a
+    restart (the group resumes from that checkpoint and reports them again). A sink that fails
+    (a tracking server's blip) gets the rows again with the next checkpoint's."""
+
+    def __init__(self, sink: EpochSink | None) -> None:
+        self._sink = sink
+        self._pending: list[dict[str, Any]] = []
+
+    def add(self, row: dict[str, Any], checkpointed: bool) -> None:
+        if self._sink is None:
+            return
+        self._pending.append(row)
+        if checkpointed:
+            self.flush()
+
+    def restarted(self) -> None:
+        self._pending.clear()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        try:
+            self._sink(list(self._pending))
+        except Exception as exc:  # training goes on; the run's end logs the whole history
+            logger.warning("epoch metrics not logged yet (%s); retrying later", exc)
+            return
+        self._pending.clear()
+
+
 class _Follower:
     """In the driver: counts restarts, reports each epoch, keeps a function's history."""
 
@@ -46,10 +84,12 @@ class _Follower:
         metric: str,
         history: ReportHistory | None = None,
         dashboard: str | None = None,
+        on_epochs: EpochSink | None = None,
     ) -> None:
         self.max_epochs, self.metric, self.history = max_epochs, metric, history
         self.restarts = 0
         self.dashboard = f" · Ray Dashboard {dashboard}" if dashboard else ""
+        self.epochs = _CheckpointedEpochs(on_epochs)
 
     def started(self, workers: str) -> None:
         progress.report("train", f"starting {workers} worker(s){self.dashboard}")
@@ -59,6 +99,7 @@ class _Follower:
             self.restarts += 1
             if self.history is not None:
                 self.history.restarted()
+            self.epochs.restarted()
             ranks = ", ".join(str(r) for r in item["failed_ranks"])
             progress.report(
                 "train",
@@ -73,6 +114,7 @@ class _Follower:
         elif "epoch" not in metrics:  # the loop's mid-epoch checkpoints: "epoch_in_progress"
             return
         epoch = int(metrics["epoch"])
+        self.epochs.add(metrics, item["checkpointed"])
         value = metrics.get(self.metric)
         shown = f", {self.metric} {value:.4f}" if isinstance(value, int | float) else ""
         progress.report(
@@ -93,14 +135,16 @@ def training_progress(
     history: ReportHistory | None = None,
     dashboard: str | None = None,
     workers: str = "",
+    on_epochs: EpochSink | None = None,
 ) -> Iterator[list]:
     """Yields the Train callbacks to add to the RunConfig; reports until the block ends.
     ``history``: filled from the reports (a user's function); ``dashboard``: the Ray
-    Dashboard's URL, shown on the train line."""
+    Dashboard's URL, shown on the train line; ``on_epochs``: gets each epoch's row once a
+    checkpoint holds it."""
     from ray.util.queue import Empty, Queue
 
     queue = Queue(actor_options={"num_cpus": 0})
-    follower = _Follower(max_epochs, metric, history, dashboard)
+    follower = _Follower(max_epochs, metric, history, dashboard, on_epochs)
     follower.started(workers)
     stop = threading.Event()
 

@@ -284,8 +284,10 @@ def train_final(
     run_id: str,
     layout: StorageLayout,
     train_fn=train_worker,
+    on_epochs=None,
 ) -> TrainOutcome:
-    """DDP training with the chosen hyperparameters; returns the best checkpoint."""
+    """DDP training with the chosen hyperparameters; returns the best checkpoint.
+    ``on_epochs`` gets the epochs' rows while training, once a checkpoint holds them."""
     from ray.train import TrainingFailedError
 
     from training.loop.function_reports import ReportHistory
@@ -301,6 +303,7 @@ def train_final(
         history=recorded,
         dashboard=dashboard,
         workers=_workers_shown(config.train.num_workers),
+        on_epochs=on_epochs,
     ) as callbacks:
         trainer = build_trainer(
             config,

@@ -26,7 +26,8 @@ class Trained:
 
 
 def train(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: str) -> Trained:
-    """Train; log params, the history, the checkpoint's path and the learning curves."""
+    """Train; log params, the history (each epoch as it is checkpointed), the checkpoint's path
+    and the learning curves."""
     connect_ray(config)
     tracker = store.configure(config)
     train_run = tracker.start_child_run(parent_run, "train", stage="train")
@@ -38,7 +39,14 @@ def train(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
             "task": manifest.spec.task,
         },
     )
-    outcome = train_final(config, manifest, run_id, StorageLayout.from_config(config))
+    # Each epoch in MLflow while training goes on; the end logs what is not there yet.
+    outcome = train_final(
+        config,
+        manifest,
+        run_id,
+        StorageLayout.from_config(config),
+        on_epochs=lambda rows: tracker.log_history(train_run, rows, step_key="epoch"),
+    )
     tracker.log_history(train_run, outcome.history, step_key="epoch")
     log_loop_records(tracker, train_run, outcome)  # train.eval_every_steps, train.profile
     tracker.set_tags(train_run, {"checkpoint_path": outcome.checkpoint_path})
