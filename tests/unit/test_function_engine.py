@@ -240,6 +240,16 @@ def test_the_history_has_each_epoch_once_across_a_restart():
     ]
 
 
+def test_a_resumed_run_numbers_its_epochs_after_those_the_train_run_holds():
+    history = ReportHistory(epochs_done=4)
+    history.add({"val_accuracy": 0.5}, checkpointed=True)
+    history.add({"val_accuracy": 0.6}, checkpointed=False)
+    history.restarted()
+    history.add({"val_accuracy": 0.7}, checkpointed=True)
+    assert [row["epoch"] for row in history.epochs] == [5, 6]
+    assert history.epoch_of({"val_accuracy": 0.7}) == 6
+
+
 def test_the_best_checkpoints_epoch_is_the_train_runs_not_the_users_own():
     history = ReportHistory()
     history.add({"val_accuracy": 0.5, "epoch": 0, "step": 10}, checkpointed=True)

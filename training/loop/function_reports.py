@@ -75,14 +75,17 @@ class ReportHistory:
     After a worker-group restart the function resumes from its latest checkpoint, so the
     reports made since that checkpoint are dropped: they are trained, and reported, again."""
 
-    def __init__(self) -> None:
+    def __init__(self, epochs_done: int = 0) -> None:
+        # A run resumed with --resume: the function continues from its checkpoint after the
+        # epochs the train run already holds, and its reports are numbered after them.
+        self._done = epochs_done
         self.epochs: list[dict[str, float]] = []
         self._checkpointed = 0  # epochs covered by the latest checkpoint
 
     def add(self, metrics: dict[str, Any], checkpointed: bool) -> dict[str, float]:
         """The report's numbers as the next epoch's row (``epoch`` counts from 1)."""
         row = {key: float(value) for key, value in metrics.items() if _is_number(value)}
-        row["epoch"] = len(self.epochs) + 1
+        row["epoch"] = self._done + len(self.epochs) + 1
         self.epochs.append(row)
         if checkpointed:
             self._checkpointed = len(self.epochs)

@@ -285,9 +285,12 @@ def train_final(
     layout: StorageLayout,
     train_fn=train_worker,
     on_epochs=None,
+    epochs_done: int = 0,
 ) -> TrainOutcome:
     """DDP training with the chosen hyperparameters; returns the best checkpoint.
-    ``on_epochs`` gets the epochs' rows while training, once a checkpoint holds them."""
+    ``on_epochs`` gets the epochs' rows while training, once a checkpoint holds them;
+    ``epochs_done``: what a resumed run's train run holds (a user's function or Lightning
+    module reports without trainflow's epoch number)."""
     from ray.train import TrainingFailedError
 
     from training.loop.function_reports import ReportHistory
@@ -295,7 +298,7 @@ def train_final(
 
     storage_path, storage_fs = layout.ray_storage(run_id)
     metric = config.train.checkpoint.score_attribute
-    recorded = ReportHistory() if config.train.epochs_from_reports else None
+    recorded = ReportHistory(epochs_done) if config.train.epochs_from_reports else None
     dashboard = cluster.dashboard_url()
     with training_progress(
         config.train.max_epochs,

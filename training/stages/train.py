@@ -46,6 +46,7 @@ def train(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         run_id,
         StorageLayout.from_config(config),
         on_epochs=lambda rows: tracker.log_history(train_run, rows, step_key="epoch"),
+        epochs_done=tracker.last_step(train_run, config.train.checkpoint.score_attribute),
     )
     tracker.log_history(train_run, outcome.history, step_key="epoch")
     log_loop_records(tracker, train_run, outcome)  # train.eval_every_steps, train.profile

@@ -247,6 +247,10 @@ class Tracker:
             entries.append((values, step, start + index))
         self._log_metric_rows(run_id, entries)
 
+    def last_step(self, run_id: str, key: str) -> int:
+        """The highest step of ``key`` in the run (0 for a run without it)."""
+        return max((int(m.step) for m in self.client.get_metric_history(run_id, key)), default=0)
+
     def _logged_steps(self, run_id: str, rows: list[dict[str, Any]], step_key: str) -> set[int]:
         """Steps at which the run already has any of the rows' metrics (none for a new run)."""
         if not rows or not self.client.get_run(run_id).data.metrics:
