@@ -97,6 +97,7 @@ def test_smoke_b11_measures_ddp_fsdp_and_the_bare_loop_at_toy_size(tmp_path):
     assert doc["extra"]["flops_per_token"] > 6 * doc["extra"]["params_counted"]
 
 
+@pytest.mark.slow  # four TorchTrainer fits: ~2 min on 2 cores, start-up most of it
 def test_smoke_b12_times_both_engines_against_a_bare_torch_trainer(tmp_path):
     out = tmp_path / "results"
     started = time.monotonic()
