@@ -1,4 +1,4 @@
-"""trainflow benchmarks B1-B11:
+"""trainflow benchmarks B1-B12:
 our speed against the limit, side by side.
 
 ``python -m benchmarks`` (or ``make bench``) runs them all; ``--only B1,B3`` selects, ``--smoke``
@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "B9": "benchmarks.b9_vs_gbdt",
     "B10": "benchmarks.b10_hf_throughput",
     "B11": "benchmarks.b11_lm_throughput",
+    "B12": "benchmarks.b12_user_code",
 }
 
 

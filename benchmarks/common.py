@@ -64,13 +64,14 @@ def configure_process(home: Path) -> None:
         os.environ.setdefault(key, value)
 
 
-def start_ray(num_cpus: int = 4) -> dict[str, float]:
-    """The local Ray instance the pipeline would start (``training.platform.cluster.connect``)."""
+def start_ray(num_cpus: int = 4, py_modules: list[str] | None = None) -> dict[str, float]:
+    """The local Ray instance the pipeline would start (``training.platform.cluster.connect``),
+    with ``py_modules`` (a user's packages, as the pipeline ships them) on every worker."""
     from training.config import RayConfig
     from training.platform.cluster import connect
 
     started = time.perf_counter()
-    resources = connect(RayConfig(num_cpus=num_cpus))
+    resources = connect(RayConfig(num_cpus=num_cpus), py_modules=py_modules)
     resources = dict(resources)
     resources["_start_s"] = round(time.perf_counter() - started, 2)
     return resources

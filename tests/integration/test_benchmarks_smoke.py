@@ -1,5 +1,5 @@
-"""A seconds-scale smoke of the benchmark harness, as CI runs it: B2 and B6 with ``--smoke``, and
-B11 (a causal LM's throughput) at its toy size.
+"""A seconds-scale smoke of the benchmark harness, as CI runs it: B2 and B6 with ``--smoke``,
+B11 (a causal LM's throughput) at its toy size, and B12 (user code per epoch) with ``--smoke``.
 
 Not a timed test of the pipeline: the numbers are not checked, only that the suite runs end to
 end (child processes, Ray, alternation, JSON, docs table) quickly and writes valid results.
@@ -95,3 +95,22 @@ def test_smoke_b11_measures_ddp_fsdp_and_the_bare_loop_at_toy_size(tmp_path):
     assert doc["extra"]["deepspeed"].startswith("skipped in the smoke")
     assert figures["tps_bare"]["value"] > 0 and figures["mfu_bare"]["value"] > 0
     assert doc["extra"]["flops_per_token"] > 6 * doc["extra"]["params_counted"]
+
+
+@pytest.mark.slow  # four TorchTrainer fits: ~2 min on 2 cores, start-up most of it
+def test_smoke_b12_times_both_engines_against_a_bare_torch_trainer(tmp_path):
+    out = tmp_path / "results"
+    started = time.monotonic()
+    proc = _smoke("B12", "--out", str(out), "--no-docs", timeout=420)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    print(f"B12 smoke took {elapsed:.0f} s")  # reported, not asserted: the machine is noisy
+    doc = json.loads((out / "B12.json").read_text())
+    assert rf.validate_result(doc) == [], doc
+    assert doc["status"] == "ok" and doc["smoke"] is True
+    figures = {f["key"]: f for f in doc["figures"]}
+    for engine in ("function", "lightning"):
+        assert figures[f"ratio_{engine}"]["value"] > 0, figures
+        for arm in ("trainflow", "bare"):
+            (sample,) = doc["samples"][f"{arm}_{engine}"]
+            assert sample["epochs"] == doc["params"]["epochs"] and sample["samples_per_s"] > 0

@@ -397,7 +397,7 @@ def test_peak_sampler_sees_this_process_and_survives_a_failing_gauge():
 
 
 def test_every_benchmark_module_has_the_interface():
-    assert list(BENCHMARKS) == [f"B{i}" for i in range(1, 12)]
+    assert list(BENCHMARKS) == [f"B{i}" for i in range(1, 13)]
     for bench_id in BENCHMARKS:
         module = load(bench_id)
         assert bench_id == module.ID
@@ -410,7 +410,7 @@ def test_every_benchmark_module_has_the_interface():
         assert any(spec.target not in ("—", "") for spec in module.FIGURES), bench_id
     assert load("b2").ID == "B2"
     with pytest.raises(ValueError, match="unknown benchmark"):
-        load("B12")
+        load("B13")
 
 
 def test_importing_the_benchmarks_starts_nothing_heavy():
@@ -439,7 +439,7 @@ def test_cli_selection_and_output_dirs():
     assert cli._selection("") == list(BENCHMARKS)
     assert cli._selection("b3, B1") == ["B1", "B3"]  # run in suite order
     with pytest.raises(ValueError, match="unknown benchmark"):
-        cli._selection("B1,B12")
+        cli._selection("B1,B13")
     assert cli._out_dir(cli._parse([])) == cli.RESULTS_DIR
     assert cli._out_dir(cli._parse(["--smoke"])) == cli.RESULTS_DIR / "smoke"
     with pytest.raises(SystemExit):
