@@ -61,6 +61,12 @@ class DataConfig(Section):
         description="impute: a gap is the train median plus a missing flag (a category of its "
         "own); error: refuse rows with gaps",
     )
+    missing_label: Literal["error", "drop"] = Field(
+        "error",
+        description="a row with no value in the label column: error refuses the input (naming "
+        "the first such row); drop leaves those rows out before the split, counted on the "
+        "preprocess line and the run",
+    )
     max_categories: int = Field(
         100, ge=1, description="vocabulary size per categorical column; rarer values share one"
     )
