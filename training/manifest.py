@@ -103,6 +103,9 @@ class Manifest:
     input_files: list[str] = field(default_factory=list)
     task_reason: str = ""  # why preprocessing chose spec.task (printed and logged)
     ignored_columns: dict[str, str] = field(default_factory=dict)  # column -> why not used
+    #: Rows left out for having no label (data.missing_label: drop), and where the first was.
+    rows_dropped_unlabeled: int = 0
+    first_unlabeled: str = ""
 
     def to_json(self) -> str:
         # Insertion order kept (no sort_keys): a row's split is the hash of its columns in the

@@ -114,3 +114,20 @@ def test_the_json_lines_file_gives_the_same_roles_and_split(penguins, tmp_path):
     assert from_json.spec.medians == penguins.spec.medians
     here = pd.concat(list(raw_split_here(from_json, "test")))
     assert len(here) == penguins.rows["test"]
+
+
+def test_a_gzipped_json_array_and_a_tsv_give_the_same_roles_and_split(penguins, tmp_path):
+    """Exports as they come: a pretty-printed JSON array of records, gzipped, and a
+    tab-separated file: the same roles, categories, medians and split as the parquet."""
+    frame = pq.read_table(penguins.input_files[0]).to_pandas()
+    array = tmp_path / "penguins.json.gz"
+    frame.to_json(array, orient="records", indent=1, compression="gzip")
+    tsv = tmp_path / "penguins.tsv"
+    frame.to_csv(tsv, sep="\t", index=False)
+    for path in (array, tsv):
+        data = DataConfig(source=str(path), label_column="species")
+        read = _run(data, tmp_path / f"storage-{path.name}")
+        assert read.spec.column_roles == ROLES
+        assert read.rows == penguins.rows
+        assert read.spec.categories == penguins.spec.categories
+        assert read.spec.medians == penguins.spec.medians

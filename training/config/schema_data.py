@@ -32,13 +32,13 @@ class DataConfig(Section):
     source: str = Field(
         BUILTIN_DIGITS,
         description="builtin:digits|diabetes|penguins|bbc_news|bbc_headlines, or a parquet, "
-        "CSV or JSON-lines file or directory, or a folder of images in class sub-folders "
-        "(local or s3://)",
+        "CSV, TSV or JSON (lines or an array; the text forms also .gz) file or directory, or a "
+        "folder of images in class sub-folders (local or s3://)",
     )
     format: Literal["auto", "parquet", "csv", "json", "images"] = Field(
         "auto",
-        description="file format (json: JSON lines; images: a folder root/<class>/<image> of "
-        "PNG/JPEG files); auto infers it from the suffixes",
+        description="file format (csv: also .tsv; json: JSON lines or an array; images: a "
+        "folder root/<class>/<image> of PNG/JPEG files); auto infers it from the suffixes",
     )
     label_column: str = Field("label", min_length=1, description="the column to predict")
     feature_columns: list[str] | None = Field(
@@ -60,6 +60,12 @@ class DataConfig(Section):
         "impute",
         description="impute: a gap is the train median plus a missing flag (a category of its "
         "own); error: refuse rows with gaps",
+    )
+    missing_label: Literal["error", "drop"] = Field(
+        "error",
+        description="a row with no value in the label column: error refuses the input (naming "
+        "the first such row); drop leaves those rows out before the split, counted on the "
+        "preprocess line and the run",
     )
     max_categories: int = Field(
         100, ge=1, description="vocabulary size per categorical column; rarer values share one"

@@ -1,5 +1,6 @@
-"""Opening an input file of any format trainflow reads: parquet, CSV and JSON lines (and which
-suffixes are image files: a folder of them is read by ``image_files``).
+"""Opening an input file of any format trainflow reads: parquet; CSV and TSV; JSON lines, and a
+JSON array of records; the text formats gzipped too (and which suffixes are image files: a
+folder of them is read by ``image_files``).
 
 One place knows how each format is opened, so every pass (the footer check, the summary, the
 driver's small reads, a diagnosis, Ray Data's read) reads a file the same way: the same
@@ -9,23 +10,52 @@ differs, int against float, still concatenate).
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 
 import pyarrow as pa
 
+from training.errors import DataValidationError
+
+#: The suffix of a gzipped text file. pyarrow's input streams and Ray Data's readers both
+#: decompress by the suffix, so every pass reads the same rows from it.
+GZIP = ".gz"
+#: Text formats' suffixes -> format (``json``: lines, or one array, told by its first character).
+_TEXT_SUFFIXES = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".json": "json",
+}
 #: A file's suffix -> its format.
 SUFFIXES = {
     ".parquet": "parquet",
     ".pq": "parquet",
-    ".csv": "csv",
-    ".jsonl": "json",
-    ".ndjson": "json",
+    **_TEXT_SUFFIXES,
+    **{suffix + GZIP: fmt for suffix, fmt in _TEXT_SUFFIXES.items()},
 }
 #: The format of a folder of image files in class sub-folders, and its files' suffixes.
 IMAGES = "images"
 IMAGE_SUFFIXES = {".png": IMAGES, ".jpg": IMAGES, ".jpeg": IMAGES}
 #: Rows per batch of a parquet file read here (CSV and JSON read in their own blocks).
 BATCH_ROWS = 4096
+
+
+def file_suffix(path: str) -> str:
+    """A file's format suffix in lower case, a gzipped file's with the suffix before ``.gz``
+    (``a.tsv.gz`` -> ``.tsv.gz``)."""
+    stem, last = os.path.splitext(os.path.basename(path).lower())
+    inner = os.path.splitext(stem)[1]
+    return inner + last if last == GZIP and inner else last
+
+
+def _csv_parse(path: str):
+    """A TSV file's tab delimiter, else the CSV reader's comma."""
+    import pyarrow.csv as pacsv
+
+    return pacsv.ParseOptions(delimiter="\t" if file_suffix(path).startswith(".tsv") else ",")
 
 
 def _csv_convert(columns: list[str] | None, types: dict[str, pa.DataType] | None):
@@ -52,6 +82,45 @@ def _selected(table, columns: list[str] | None):
     return table.select([c for c in columns if c in table.schema.names])
 
 
+def is_json_array(fs, path: str) -> bool:
+    """Whether a JSON file holds one array (``[{...}, ...]``) rather than one object a line:
+    its first character other than white space (and a byte-order mark) tells."""
+    with fs.open_input_stream(path) as stream:
+        while chunk := stream.read(256):
+            start = chunk.lstrip(b" \t\r\n\xef\xbb\xbf")
+            if start:
+                return start[:1] == b"["
+    return False
+
+
+def _array_table(fs, path: str, types: dict[str, pa.DataType] | None) -> pa.Table:
+    """A JSON array of records as a table. Arrow's JSON reader reads only JSON lines, so the
+    whole array is parsed here and given to it as lines: the same types as the same records in
+    a ``.jsonl`` file. The file, parsed, must fit in memory."""
+    import pyarrow.json as pajson
+
+    with fs.open_input_stream(path) as stream:
+        try:
+            records = json.load(stream)
+        except ValueError as exc:
+            raise DataValidationError(f"{path} is not valid JSON: {exc}; fix the file") from None
+    if not all(isinstance(record, dict) for record in records):
+        raise DataValidationError(
+            f"{path} holds a JSON array whose items are not all objects; give one object per "
+            'row ([{"column": value, ...}, ...])'
+        )
+    lines = [json.dumps(record).encode() for record in records]
+    if not lines:
+        return pa.schema(list((types or {}).items())).empty_table()
+    # One object must fit in one block of Arrow's reader.
+    block = max(1 << 20, max(len(line) for line in lines) + 1)
+    return pajson.read_json(
+        pa.BufferReader(b"\n".join(lines)),
+        read_options=pajson.ReadOptions(block_size=block),
+        parse_options=_json_parse(types),
+    )
+
+
 def iter_batches(
     fs,
     path: str,
@@ -68,12 +137,16 @@ def iter_batches(
         with fs.open_input_file(path) as handle:
             yield from pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS, columns=columns)
         return
+    if fmt == "json" and is_json_array(fs, path):
+        yield from _selected(_array_table(fs, path, types), columns).to_batches(BATCH_ROWS)
+        return
     with fs.open_input_stream(path) as stream:
         if fmt == "json":
             for batch in pajson.open_json(stream, parse_options=_json_parse(types)):
                 yield _selected(batch, columns)
             return
-        yield from pacsv.open_csv(stream, convert_options=_csv_convert(columns, types))
+        convert = _csv_convert(columns, types)
+        yield from pacsv.open_csv(stream, parse_options=_csv_parse(path), convert_options=convert)
 
 
 def read_table(
@@ -90,14 +163,18 @@ def read_table(
 
     if fmt == "parquet":
         return pq.read_table(path, filesystem=fs, columns=columns)
+    if fmt == "json" and is_json_array(fs, path):
+        return _selected(_array_table(fs, path, types), columns)
     with fs.open_input_stream(path) as stream:
         if fmt == "json":
             return _selected(pajson.read_json(stream, parse_options=_json_parse(types)), columns)
-        return pacsv.read_csv(stream, convert_options=_csv_convert(columns, types))
+        convert = _csv_convert(columns, types)
+        return pacsv.read_csv(stream, parse_options=_csv_parse(path), convert_options=convert)
 
 
 def file_schema(fs, path: str, fmt: str) -> tuple[pa.Schema, int | None]:
-    """(schema, rows) from a parquet footer, or (schema, None) from a CSV or JSON first block."""
+    """(schema, rows) from a parquet footer or a JSON array (read whole), or (schema, None)
+    from a CSV or JSON-lines first block."""
     import pyarrow.csv as pacsv
     import pyarrow.json as pajson
     import pyarrow.parquet as pq
@@ -105,29 +182,55 @@ def file_schema(fs, path: str, fmt: str) -> tuple[pa.Schema, int | None]:
     if fmt == "parquet":
         meta = pq.read_metadata(path, filesystem=fs)
         return meta.schema.to_arrow_schema(), meta.num_rows
+    if fmt == "json" and is_json_array(fs, path):
+        table = _array_table(fs, path, None)
+        return table.schema, table.num_rows
     with fs.open_input_stream(path) as stream:
         if fmt == "json":
             return pajson.open_json(stream).schema, None
-        return pacsv.open_csv(stream).schema, None
-
-
-def ray_read_args(fmt: str, columns: list[str] | None, types: dict[str, pa.DataType] | None):
-    """(Ray Data's reader name, its keyword arguments) for a CSV or JSON-lines read."""
-    if fmt == "json":
-        # Arrow's reader (lines=False) reads one object per line and takes a schema; Ray's
-        # lines=True reader goes through pandas and would infer types block by block.
-        return "read_json", {"lines": False, "parse_options": _json_parse(types)}
-    return "read_csv", {"convert_options": _csv_convert(columns, types)}
+        return pacsv.open_csv(stream, parse_options=_csv_parse(path)).schema, None
 
 
 def ray_read(paths: list[str], fs, fmt: str, columns: list[str] | None, types: dict | None):
-    """A CSV or JSON-lines input as a lazy Ray Dataset of ``columns`` (parquet has its own)."""
-    import ray.data
+    """A CSV or JSON input as a lazy Ray Dataset of ``columns`` (parquet has its own): one
+    Ray Data read per kind of file (CSV, TSV, JSON lines), JSON arrays read here."""
 
-    reader, kwargs = ray_read_args(fmt, columns, types)
-    dataset = getattr(ray.data, reader)(
-        paths, filesystem=fs, file_extensions=None, partitioning=None, **kwargs
-    )
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        groups.setdefault(_ray_kind(fs, path, fmt), []).append(path)
+    parts = [_ray_part(kind, files, fs, columns, types) for kind, files in groups.items()]
+    dataset = parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
     if fmt == "json" and columns is not None:
         dataset = dataset.select_columns(columns)
     return dataset
+
+
+def _ray_kind(fs, path: str, fmt: str) -> str:
+    """How Ray Data reads a file: ``csv``, ``tsv``, ``json`` (lines) or ``json-array``."""
+    if fmt == "csv":
+        return "tsv" if file_suffix(path).startswith(".tsv") else "csv"
+    local = fs or _local_fs()
+    return "json-array" if is_json_array(local, path) else "json"
+
+
+def _local_fs():
+    import pyarrow.fs as pafs
+
+    return pafs.LocalFileSystem()
+
+
+def _ray_part(kind: str, paths: list[str], fs, columns: list[str] | None, types: dict | None):
+    """One kind of file as a Ray Dataset. Ray Data decompresses a ``.gz`` file by its suffix."""
+    import ray.data
+
+    if kind == "json-array":
+        local = fs or _local_fs()
+        return ray.data.from_arrow([_array_table(local, path, types) for path in paths])
+    common = {"filesystem": fs, "file_extensions": None, "partitioning": None}
+    if kind == "json":
+        # Arrow's reader (lines=False) reads one object per line and takes a schema; Ray's
+        # lines=True reader goes through pandas and would infer types block by block.
+        return ray.data.read_json(paths, lines=False, parse_options=_json_parse(types), **common)
+    convert = _csv_convert(columns, types)
+    parse = _csv_parse(paths[0])
+    return ray.data.read_csv(paths, convert_options=convert, parse_options=parse, **common)

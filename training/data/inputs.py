@@ -25,7 +25,7 @@ from training.data.builtin import (
     ensure_digits32,
     ensure_penguins,
 )
-from training.data.formats import IMAGE_SUFFIXES, IMAGES, SUFFIXES
+from training.data.formats import IMAGE_SUFFIXES, IMAGES, SUFFIXES, file_suffix
 from training.data.image_files import list_images
 from training.errors import DataValidationError, ServiceUnreachableError, StorageError
 from training.storage import filesystem, is_remote, join, trainflow_home, upload_file
@@ -57,7 +57,7 @@ def _builtin_files(source: str, endpoint_url: str | None, storage_root: str | No
     if source not in BUILTIN:
         raise DataValidationError(
             f"unknown built-in data set {source!r}; use one of {sorted(BUILTIN)} or a parquet, "
-            "CSV or JSON-lines path, or a folder of images"
+            "CSV, TSV or JSON path, or a folder of images"
         )
     local = BUILTIN[source](trainflow_home())
     if storage_root and is_remote(storage_root):
@@ -104,7 +104,7 @@ def resolve_inputs(
     found = []
     for entry in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
         relative = entry.path[len(path) :].lstrip("/")
-        suffix = os.path.splitext(entry.path)[1].lower()
+        suffix = file_suffix(entry.path)
         if entry.type == pafs.FileType.File and suffix in wanted and not _hidden(relative):
             found.append(_uri(source, entry.path))
     if not found and data.format == "auto" and _holds_images(fs, path):
@@ -127,24 +127,21 @@ def _holds_images(fs, path: str) -> bool:
 
 
 def input_format(data: DataConfig, files: list[str]) -> str:
-    """``parquet``, ``csv``, ``json`` (lines) or ``images``: ``data.format``, else every file's
-    suffix (which must agree)."""
+    """``parquet``, ``csv`` (and TSV), ``json`` (lines or an array) or ``images``:
+    ``data.format``, else every file's suffix (which must agree)."""
     if data.format != "auto":
         return data.format
     formats = set()
     known = {**SUFFIXES, **IMAGE_SUFFIXES}
     for file in files:
-        suffix = os.path.splitext(file)[1].lower()
+        suffix = file_suffix(file)
         if suffix in IMAGE_SUFFIXES and len(files) == 1:
             raise DataValidationError(
                 f"{file!r} is one image; point data.source at the folder of class sub-folders "
                 "(root/<class>/<image>) that holds it"
             )
         if suffix not in known:
-            raise DataValidationError(
-                f"cannot tell the format of {file!r} from its suffix {suffix!r}; "
-                "name the file .parquet, .csv or .jsonl, or set data.format to parquet, csv or json"
-            )
+            raise unknown_suffix(file, suffix)
         formats.add(known[suffix])
     if len(formats) > 1:
         raise DataValidationError(
@@ -152,6 +149,15 @@ def input_format(data: DataConfig, files: list[str]) -> str:
             "data.format to read only one of them"
         )
     return formats.pop()
+
+
+def unknown_suffix(file: str, suffix: str) -> DataValidationError:
+    """The error for a file whose suffix names no format: the suffixes that would be read."""
+    names = ", ".join(sorted(SUFFIXES))
+    return DataValidationError(
+        f"cannot tell the format of {file!r} from its suffix {suffix!r}; name the file with one "
+        f"of {names}, or set data.format to parquet, csv or json"
+    )
 
 
 def fingerprint(

@@ -115,6 +115,9 @@ def preprocess(
     progress.report(
         "preprocess", f"{stats.rows:,} rows read and validated", rows_validated=stats.rows
     )
+    first_unlabeled = ""
+    if stats.null_labels:  # only under data.missing_label: drop (validate refuses them else)
+        ds, first_unlabeled = _without_unlabelled(ds, stats, files, plan, in_endpoint)
     spec, ignored = _fitted_spec(config, ds, stats, plan, classes, task)
     rows_out = _per_batch(
         ds, output_rows, {"spec": spec, "split": data.split}, udf_modifying_row_count=False
@@ -129,16 +132,40 @@ def preprocess(
         _count_blocks(manifest, data.max_length, layout.endpoint_url)
     manifest.task_reason = reason
     manifest.ignored_columns = ignored
+    manifest.rows_dropped_unlabeled = stats.null_labels
+    manifest.first_unlabeled = first_unlabeled
     # Last: the manifest is the completion marker.
     write_text_atomic(join(data_dir, MANIFEST_FILE), manifest.to_json(), layout.endpoint_url)
-    log.info("preprocessed %d rows into %s; task %s (%s)", stats.rows, data_dir, task, reason)
+    written = stats.rows - stats.null_labels
+    log.info("preprocessed %d rows into %s; task %s (%s)", written, data_dir, task, reason)
     progress.report(
         "preprocess",
-        f"{stats.rows:,} rows written; task: {task} ({reason})",
-        rows_written=stats.rows,
+        f"{written:,} rows written; task: {task} ({reason})",
+        rows_written=written,
         task=task,
     )
     return manifest
+
+
+def _without_unlabelled(ds, stats: Stats, files: list[str], plan, endpoint_url: str | None):
+    """(the input without its rows that have no label, where the first of them was). The
+    summary already left them out of the counts, classes and fitted statistics; the transform
+    and the written splits must not see them either."""
+    from training.data.diagnose import locate_missing_labels
+    from training.data.rows import labelled_rows
+
+    first = locate_missing_labels(files, plan, endpoint_url) or ""
+    where = f" (the first in {first})" if first else ""
+    progress.report(
+        "preprocess",
+        f"{stats.null_labels:,} of {stats.rows:,} rows have no value in label column "
+        f"{plan.label!r}{where}: dropped (data.missing_label: drop)",
+        rows_dropped_unlabeled=stats.null_labels,
+    )
+    kept = ds.map_batches(
+        labelled_rows, fn_kwargs={"label_column": plan.label}, batch_format="pyarrow"
+    )
+    return kept, first
 
 
 def _packed(rows: ray.data.Dataset, block: int) -> ray.data.Dataset:

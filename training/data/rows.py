@@ -145,6 +145,13 @@ def assign_splits(hashes: np.ndarray, split: SplitConfig) -> np.ndarray:
     return np.where(u < split.test, "test", np.where(u < split.test + split.val, "val", "train"))
 
 
+def labelled_rows(table, label_column: str):
+    """An Arrow batch without its rows that have no label (``data.missing_label: drop``)."""
+    import pyarrow as pa
+
+    return table.filter(pa.array(~missing_labels(table.column(label_column).to_pandas())))
+
+
 def labels_of(batch: pd.DataFrame, column: str) -> pd.Series:
     """The label column of a batch, or an error naming it and the batch's columns."""
     require_columns(BATCH, batch.columns, label=column)

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from training.config import DataConfig
 from training.data.columns import check_image_shape, require_columns
-from training.data.formats import IMAGES, SUFFIXES, file_schema
+from training.data.formats import IMAGES, SUFFIXES, file_schema, file_suffix
 from training.data.roles import table_roles
 from training.errors import DataValidationError, ServiceUnreachableError
 from training.storage import filesystem, is_remote
@@ -199,7 +199,7 @@ def image_root(source: str, is_file: bool) -> str:
 def _image_paths_plan(data: DataConfig, fmt: str) -> Plan:
     """A table whose image column names image files: decoded and resized to data.image_shape."""
     folder = _image_folder_plan(data)
-    is_file = os.path.splitext(data.source)[1].lower() in SUFFIXES
+    is_file = file_suffix(data.source) in SUFFIXES
     root = image_root(data.source, is_file)
     shape = folder.image_shape
     return Plan(fmt, data.label_column, None, folder.image, image_shape=shape, image_root=root)

@@ -35,7 +35,7 @@ def _arrow_rows_of_split(table, spec: dict, split_config: dict, split: str):
 
 def _in_split(batch: pd.DataFrame, spec: dict, split_config: dict, split: str) -> np.ndarray:
     from training.config import SplitConfig
-    from training.data.rows import assign_splits, hash_roles, row_hashes
+    from training.data.rows import assign_splits, hash_roles, labels_of, missing_labels, row_hashes
 
     cfg = SplitConfig(**split_config)
     hashes = row_hashes(
@@ -46,7 +46,9 @@ def _in_split(batch: pd.DataFrame, spec: dict, split_config: dict, split: str) -
         seed=cfg.seed,
         roles=None if spec["image_column"] else hash_roles(spec),
     )
-    return assign_splits(hashes, cfg) == split
+    # A row without a label is in no split: preprocessing refused it or dropped it.
+    labelled = ~missing_labels(labels_of(batch, spec["label_column"]))
+    return (assign_splits(hashes, cfg) == split) & labelled
 
 
 def batch_rows(spec: FeatureSpec, most: int, budget_bytes: int) -> int:

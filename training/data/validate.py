@@ -95,7 +95,7 @@ def _check_values(
             f"the input has no rows ({len(files)} file(s): {files[:3]}); point data.source at "
             "data with rows"
         )
-    if stats.null_labels:
+    if stats.null_labels and data.missing_label == "error":
         raise missing_labels_error(stats.null_labels, stats.rows, files, plan, endpoint_url)
     if data.missing == "impute" and not plan.image:
         if stats.infinite:
@@ -124,8 +124,8 @@ def missing_labels_error(
     first = locate_missing_labels(files, plan, endpoint_url)
     where = f" (the first in {first})" if first else ""
     return DataValidationError(
-        f"{missing} of {rows} rows have no value in label column {plan.label!r}{where}; drop "
-        "or fill those rows before training"
+        f"{missing} of {rows} rows have no value in label column {plan.label!r}{where}; fill "
+        "those rows, or set data.missing_label: drop to train without them"
     )
 
 

@@ -100,6 +100,8 @@ def check_data_now(config: PipelineConfig) -> None:
         return
     if fmt != "parquet" and sum(map(os.path.getsize, files)) >= LABELS_OF_TEXT_FILES_BELOW_BYTES:
         return
+    if data.missing_label == "drop":  # counted and said by preprocessing
+        return
     missing, rows = count_missing_labels(files, plan, None)
     if missing:
         from training.data.validate import missing_labels_error

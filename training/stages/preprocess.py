@@ -66,6 +66,22 @@ def _columns_text(manifest: Manifest) -> str:
     return f"; columns: {used}" + (f" ({ignored})" if ignored else "")
 
 
+def _dropped_text(manifest: Manifest) -> str:
+    """`` (12 without a label dropped, the first in /d/t.csv (row 3 of the file))``, or ""."""
+    if not manifest.rows_dropped_unlabeled:
+        return ""
+    first = f", the first in {manifest.first_unlabeled}" if manifest.first_unlabeled else ""
+    return f" ({manifest.rows_dropped_unlabeled:,} without a label dropped{first})"
+
+
+def _dropped_tags(manifest: Manifest) -> dict[str, str]:
+    """The rows left out for having no label, on the run: the data trained on is not the file."""
+    tags = {"data.rows_dropped_unlabeled": str(manifest.rows_dropped_unlabeled)}
+    if manifest.first_unlabeled:
+        tags["data.first_unlabeled_row"] = manifest.first_unlabeled
+    return tags
+
+
 def record(
     config: PipelineConfig, tracker: Tracker, parent_run: str, manifest: Manifest, cached: bool
 ) -> Prepared:
@@ -86,10 +102,12 @@ def record(
         },
     )
     tracker.log_text(parent_run, manifest.to_json(), "manifest.json")
+    if manifest.rows_dropped_unlabeled:
+        tracker.set_tags(parent_run, _dropped_tags(manifest))
     progress.report(
         "preprocess",
-        f"{sum(manifest.rows.values()):,} rows{_columns_text(manifest)}; task: {spec.task} "
-        f"({manifest.task_reason or 'data.task'})",
+        f"{sum(manifest.rows.values()):,} rows{_dropped_text(manifest)}"
+        f"{_columns_text(manifest)}; task: {spec.task} ({manifest.task_reason or 'data.task'})",
         task=spec.task,
     )
     # The metrics the sweep ranks, checkpoints keep and the gate compares follow the task.

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 from training import progress
 from training.config import DataConfig, PipelineConfig, registered_model_name
+from training.data.formats import SUFFIXES, file_suffix
 from training.data.inputs import input_format, resolve_inputs
 from training.errors import ModelNotFoundError
 from training.inference.predict import predict_files
@@ -22,7 +23,6 @@ from training.tracking.runs import RUN_ID_TAG, STAGE_TAG, Tracker
 
 #: The column of every prediction that names the model version that made it.
 VERSION_COLUMN = "model_version"
-_SUFFIXES = (".parquet", ".csv")
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,9 @@ def predictions_location(source: str, version: str) -> str:
     ``s3://b/in/`` -> ``s3://b/in.scored-v3.parquet`` (scoring again with the same version
     replaces it)."""
     base = source.rstrip("/")
-    for suffix in _SUFFIXES:
-        if base.lower().endswith(suffix):
-            base = base[: -len(suffix)]
+    suffix = file_suffix(base)
+    if suffix in SUFFIXES:  # new.csv.gz -> new.scored-v3.parquet
+        base = base[: -len(suffix)]
     return f"{base}.scored-v{version}.parquet"
 
 
