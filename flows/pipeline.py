@@ -179,6 +179,7 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
         ray_dashboard=(
             trained.outcome.dashboard if trained.outcome.dashboard_outlives_run else None
         ),
+        last_epoch=dict(trained.outcome.history[-1]) if trained.outcome.history else None,
     )
     summary.report = _publish_report(
         config, tracker, parent, summary, trained.outcome.history, evaluated.result

@@ -76,6 +76,10 @@ class RunSummary:
     #: cluster's. None where the run's own local instance served it (it stops with the run;
     #: the train line showed it while training ran).
     ray_dashboard: str | None = None
+    #: The final training's last epoch as the train run logged it (epoch, workers, losses,
+    #: ``train_rows_per_s`` or ``train_tokens_per_s``, ``data_wait_share`` where the loop
+    #: measured them). None: no epoch was recorded.
+    last_epoch: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: keys and nesting as the field order above."""
@@ -97,6 +101,7 @@ class RunSummary:
             stage_seconds=dict(summary["stage_seconds"]),
             report=summary.get("report"),
             ray_dashboard=summary.get("ray_dashboard"),
+            last_epoch=summary.get("last_epoch"),
         )
 
 

@@ -577,6 +577,7 @@ SUMMARY_KEYS = [
     "stage_seconds",
     "report",
     "ray_dashboard",
+    "last_epoch",
 ]
 
 
@@ -704,3 +705,15 @@ def test_parent_run_note_links_the_runs_and_the_version():
     for label, url in links.items():
         assert f"- [{label}]({url})" in note
     assert "gate **kept-champion**" in note
+
+
+def test_the_summary_train_line_gives_the_last_epochs_throughput():
+    from trainflow.render import summary_lines
+
+    summary = synthetic_summary()
+    assert not [line for line in summary_lines(summary) if line.startswith("train ")]
+    summary.last_epoch = {"epoch": 20.0, "workers": 2.0, "train_rows_per_s": 5210.4}
+    summary.last_epoch["data_wait_share"] = 0.07
+    (line,) = [line for line in summary_lines(summary) if line.startswith("train ")]
+    assert line.endswith("20 epochs on 2 worker(s) · last epoch 5,210 rows/s, 7% waiting on data")
+    assert RunSummary.from_dict(summary.to_dict()).last_epoch == summary.last_epoch

@@ -27,6 +27,7 @@ from training.loop.records import worker_result
 from training.loop.run_state import Start, checkpoint_state, mid_epoch_checkpoint, resume
 from training.loop.schedule import optimizer_and_schedule, set_lr, steps_per_epoch, total_steps
 from training.loop.step_eval import validate_if_due
+from training.loop.throughput import EpochClock
 from training.loop.validation import validate as _validate
 from training.manifest import FeatureSpec
 from training.model.hf_model import checkpoint_model_config, enable_gradient_checkpointing
@@ -229,7 +230,7 @@ class SquaredError(nn.Module):
 def _run_epoch(run: _Run, epoch: int, start: Start) -> dict[str, float]:
     """Train and validate one epoch; its metrics (the LR is the one it trained with)."""
     torch.manual_seed(epoch_seed(run.config.train.seed, epoch, run.ctx.rank))
-    train_loss = _train_epoch(run, epoch, start)
+    train_loss, throughput = _train_epoch(run, epoch, start)
     val = _validate(run)
     val_loss = val["val_loss"]
     if not math.isfinite(train_loss) or not math.isfinite(val_loss):
@@ -245,17 +246,20 @@ def _run_epoch(run: _Run, epoch: int, start: Start) -> dict[str, float]:
         "lr": run.last_lr,
         # Elastic groups change size between attempts: the history shows each epoch's.
         "workers": float(run.ctx.world_size),
+        **throughput,
     }
 
 
-def _train_epoch(run: _Run, epoch: int, start: Start) -> float:
-    """One epoch from batch ``start.batch`` on; the mean train loss over all ranks."""
+def _train_epoch(run: _Run, epoch: int, start: Start) -> tuple[float, dict[str, float]]:
+    """One epoch from batch ``start.batch`` on; the mean train loss over all ranks and the
+    epoch's throughput (``training.loop.throughput``)."""
     run.model.train()
+    clock = EpochClock()
     totals = torch.zeros(2, dtype=torch.float64)  # loss sum, rows
     if start.partial is not None and run.ctx.rank == 0:  # once: the all-reduce sums ranks
         totals += torch.tensor(start.partial, dtype=torch.float64)
     bf16 = run.config.train.precision == "bf16"
-    batches = run.ctx.train_batches(epoch, run.batch_rows, start.batch)
+    batches = clock.batches(run.ctx.train_batches(epoch, run.batch_rows, start.batch))
     for done, (features, labels) in enumerate(batches, start=start.batch + 1):
         run.optimizer.zero_grad(set_to_none=True)
         if run.spec.task == "causal_lm":  # the targets are the ids, shifted by the loss
@@ -274,10 +278,12 @@ def _train_epoch(run: _Run, epoch: int, start: Start) -> float:
         loss_sum = _forward_backward(run, step)
         _optimizer_step(run)
         totals += torch.tensor([loss_sum, units], dtype=torch.float64)
+        clock.trained(units)
         if run.every_n_batches and done % run.every_n_batches == 0:
             mid_epoch_checkpoint(run, epoch, done, totals)
+    throughput = clock.metrics(run.ctx.all_reduce_sum, tokens=run.spec.task == "causal_lm")
     totals = run.ctx.all_reduce_sum(totals)
-    return float(totals[0] / max(totals[1].item(), 1.0))
+    return float(totals[0] / max(totals[1].item(), 1.0)), throughput
 
 
 def _forward_backward(run: _Run, step) -> float:
