@@ -93,7 +93,16 @@ def pipeline_run(ray_cluster, s3_server, digits_on_s3, tmp_path_factory):
     summary_path = home / "summary.json"
     start = time.monotonic()
     proc = _trainflow(
-        ray_cluster, s3_server, home, "--run-id", "multinode", "--summary-json", str(summary_path)
+        ray_cluster,
+        s3_server,
+        home,
+        "--run-id",
+        "multinode",
+        "--summary-json",
+        str(summary_path),
+        # A sample a second: the smoke's training lasts seconds, the default samples every 10.
+        "--set",
+        "mlflow.system_metrics_interval_s=1",
     )
     output = _finish(proc, home, timeout=420)
     wall = time.monotonic() - start
@@ -104,6 +113,19 @@ def pipeline_run(ray_cluster, s3_server, digits_on_s3, tmp_path_factory):
 def test_training_workers_ran_on_both_nodes(pipeline_run, ray_cluster):
     nodes = {w.node_id for w in ray_cluster.train_workers()}
     assert len(nodes) == 2, f"training workers ran on {nodes}"
+
+
+def test_each_training_node_logged_its_system_metrics_on_the_train_run(pipeline_run):
+    from mlflow import MlflowClient
+
+    summary, home, _ = pipeline_run
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    metrics = client.get_run(summary["mlflow"]["train_run_id"]).data.metrics
+    nodes = {key.split("/")[1] for key in metrics if key.startswith("system/")}
+    assert nodes == {"node_0", "node_1"}, sorted(metrics)
+    for node in nodes:
+        assert 0 <= metrics[f"system/{node}/cpu_utilization_percentage"] <= 100
+        assert metrics[f"system/{node}/system_memory_usage_megabytes"] > 0
 
 
 def test_processed_data_checkpoints_and_artifacts_are_in_the_bucket(pipeline_run, s3_server):

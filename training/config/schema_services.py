@@ -67,6 +67,12 @@ class MlflowConfig(Section):
         "else the file or directory name)",
     )
     gate: GateConfig = Field(default_factory=GateConfig)
+    system_metrics_interval_s: float = Field(
+        10.0,
+        ge=0,
+        description="seconds between samples of each training node's CPU, memory, disk, network "
+        "(and GPU) use, logged to the train run as system/node_<rank>/...; 0: none",
+    )
 
 
 class RayConfig(Section):

@@ -11,6 +11,7 @@ from training.errors import FunctionContractError, TrainflowError
 from training.loop.failures import training_error
 from training.loop.loop import loop_config, train_worker
 from training.loop.records import unpack
+from training.loop.system_metrics import SystemMetricsTarget, monitored
 from training.manifest import Manifest
 from training.platform import cluster, signals
 from training.storage import StorageLayout
@@ -147,14 +148,16 @@ def build_trainer(
     train_fn=train_worker,
     every_n_batches: int = 0,
     final: bool = False,
+    system_metrics: SystemMetricsTarget | None = None,
 ):
     """A TorchTrainer from config: scaling, run, checkpoint and failure settings in one place.
 
     ``train_fn``: the per-worker loop (tests wrap it to inject faults). ``final``: step
-    validations and the profile as configured (``loop_config``)."""
+    validations and the profile as configured (``loop_config``). ``system_metrics``: where each
+    node's first worker logs its node's CPU, memory, disk and network use."""
     import ray.train
 
-    train_fn = _engine_worker(config, train_fn)
+    train_fn = monitored(_engine_worker(config, train_fn), system_metrics)
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
     # (min, max): Train V2's elastic policy starts with what fits and resizes within the bounds.
@@ -286,6 +289,7 @@ def train_final(
     train_fn=train_worker,
     on_epochs=None,
     epochs_done: int = 0,
+    system_metrics: SystemMetricsTarget | None = None,
 ) -> TrainOutcome:
     """DDP training with the chosen hyperparameters; returns the best checkpoint.
     ``on_epochs`` gets the epochs' rows while training, once a checkpoint holds them;
@@ -319,6 +323,7 @@ def train_final(
             train_fn=train_fn,
             every_n_batches=config.train.checkpoint.every_n_batches,
             final=True,
+            system_metrics=system_metrics,
         )
         try:
             with signals.handlers_restored(), signals.sigterm_stops_ray_calls():

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from training.config import PipelineConfig
 from training.loop.records import log_loop_records
+from training.loop.system_metrics import SystemMetricsTarget
 from training.loop.trainer import TrainOutcome, train_final
 from training.manifest import Manifest
 from training.report.plots import learning_curves_png
@@ -47,6 +48,9 @@ def train(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         StorageLayout.from_config(config),
         on_epochs=lambda rows: tracker.log_history(train_run, rows, step_key="epoch"),
         epochs_done=tracker.last_step(train_run, config.train.checkpoint.score_attribute),
+        system_metrics=SystemMetricsTarget.of(
+            train_run, tracker.tracking_uri, config.mlflow.system_metrics_interval_s
+        ),
     )
     tracker.log_history(train_run, outcome.history, step_key="epoch")
     log_loop_records(tracker, train_run, outcome)  # train.eval_every_steps, train.profile

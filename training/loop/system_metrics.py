@@ -1,0 +1,83 @@
+"""Each training node's CPU, memory, disk, network (and GPU) use on the MLflow train run.
+
+MLflow's own ``SystemMetricsMonitor`` samples in a thread of the first worker of every node
+(local rank 0: one sampler a node, not one a worker), its metrics named
+``system/node_<rank>/...`` so a straggler or an idle GPU shows on its node. The worker reaches
+the tracking server as the driver does; a tracking URI that carries credentials is not handed to
+the workers, and the monitor is not started. A monitor that cannot log stops with a warning in
+the worker's log; training never waits on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SystemMetricsTarget:
+    """Where the workers log: the train run, its tracking URI, and how often they sample."""
+
+    run_id: str
+    tracking_uri: str
+    interval_s: float
+
+    @classmethod
+    def of(cls, run_id: str, tracking_uri: str, interval_s: float) -> SystemMetricsTarget | None:
+        """None where sampling is off or the URI holds credentials (they stay in the driver)."""
+        if interval_s <= 0:
+            return None
+        parts = urlsplit(tracking_uri)
+        if parts.username or parts.password:
+            logger.info("system metrics off: the tracking URI carries credentials")
+            return None
+        return cls(run_id, tracking_uri, interval_s)
+
+
+class MonitoredWorker:
+    """``train_loop_per_worker`` with MLflow's system-metrics monitor around it on the first
+    worker of each node."""
+
+    def __init__(self, train_fn, target: SystemMetricsTarget) -> None:
+        self.train_fn, self.target = train_fn, target
+
+    def __call__(self, settings: dict[str, Any]) -> Any:
+        monitor = _start_monitor(self.target)
+        try:
+            return self.train_fn(settings)
+        finally:
+            if monitor is not None:
+                monitor.finish()
+
+
+def monitored(train_fn, target: SystemMetricsTarget | None):
+    """``train_fn`` itself without a target, else wrapped in :class:`MonitoredWorker`."""
+    return train_fn if target is None else MonitoredWorker(train_fn, target)
+
+
+def _start_monitor(target: SystemMetricsTarget):
+    import ray.train
+
+    context = ray.train.get_context()
+    if context.get_local_rank() != 0:
+        return None
+    try:
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(
+            target.run_id,
+            sampling_interval=target.interval_s,
+            # A restarted group goes on from the run's last step instead of writing over it.
+            resume_logging=True,
+            node_id=f"node_{context.get_node_rank()}",
+            tracking_uri=target.tracking_uri,
+        )
+        monitor.start()
+    except Exception as exc:  # sampling is an aid: never the reason a training fails
+        logger.warning("system metrics not sampled on this node: %s", exc)
+        return None
+    return monitor
