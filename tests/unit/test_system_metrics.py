@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from training.loop import system_metrics
@@ -47,3 +49,60 @@ def test_the_monitor_stops_when_the_loop_ends_or_fails(monkeypatch, fails):
     else:
         assert worker({"epochs": 2}) == {"history": 2}
     assert _Monitor.finished == 1
+
+
+class _FakeMlflowMonitor:
+    """Stands in for MLflow's monitor: records what the glue asks of it."""
+
+    built = None  # threading.Event the constructor waits for
+    made: list = []
+
+    def __init__(self, run_id, **options):
+        self.run_id, self.options, self.calls = run_id, options, []
+        _FakeMlflowMonitor.built.wait(5)
+        _FakeMlflowMonitor.made.append(self)
+
+    def start(self):
+        self.calls.append("start")
+
+    def finish(self):
+        self.calls.append("finish")
+
+
+@pytest.fixture
+def fake_mlflow_monitor(monkeypatch):
+    import threading
+
+    import mlflow.system_metrics.system_metrics_monitor as mlflow_monitor
+
+    _FakeMlflowMonitor.built, _FakeMlflowMonitor.made = threading.Event(), []
+    monkeypatch.setattr(mlflow_monitor, "SystemMetricsMonitor", _FakeMlflowMonitor)
+    return _FakeMlflowMonitor
+
+
+def _wait_until(predicate):
+    deadline = time.monotonic() + 5
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_the_monitor_is_built_beside_training_and_names_its_node(fake_mlflow_monitor):
+    target = SystemMetricsTarget("run-1", "sqlite:///x", 2)
+    background = system_metrics._BackgroundMonitor(target, node_rank=1)
+    fake_mlflow_monitor.built.set()
+    _wait_until(lambda: background._monitor is not None)
+    (made,) = fake_mlflow_monitor.made
+    assert made.run_id == "run-1" and made.options["node_id"] == "node_1"
+    assert made.options["sampling_interval"] == 2 and made.options["tracking_uri"] == "sqlite:///x"
+    background.finish()
+    assert made.calls == ["start", "finish"]
+
+
+def test_a_training_that_ends_before_the_monitor_is_built_starts_none(fake_mlflow_monitor):
+    background = system_metrics._BackgroundMonitor(SystemMetricsTarget("r", "sqlite:///x", 1), 0)
+    background.finish()  # training over while MLflow still loads
+    fake_mlflow_monitor.built.set()
+    _wait_until(lambda: fake_mlflow_monitor.made)
+    time.sleep(0.2)  # the build thread's moment to start it, were it wrong
+    (made,) = fake_mlflow_monitor.made
+    assert made.calls == []

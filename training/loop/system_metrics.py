@@ -11,6 +11,7 @@ the worker's log; training never waits on it.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -59,25 +60,49 @@ def monitored(train_fn, target: SystemMetricsTarget | None):
     return train_fn if target is None else MonitoredWorker(train_fn, target)
 
 
-def _start_monitor(target: SystemMetricsTarget):
+class _BackgroundMonitor:
+    """MLflow's monitor, built in a thread of its own: importing MLflow and opening its store
+    take seconds of a worker's start that training need not wait for."""
+
+    def __init__(self, target: SystemMetricsTarget, node_rank: int) -> None:
+        self._target, self._node_rank = target, node_rank
+        self._lock = threading.Lock()
+        self._monitor = None
+        self._finished = False
+        threading.Thread(target=self._build, name="trainflow-system-metrics", daemon=True).start()
+
+    def _build(self) -> None:
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            monitor = SystemMetricsMonitor(
+                self._target.run_id,
+                sampling_interval=self._target.interval_s,
+                # A restarted group goes on from the run's last step instead of writing over it.
+                resume_logging=True,
+                node_id=f"node_{self._node_rank}",
+                tracking_uri=self._target.tracking_uri,
+            )
+        except Exception as exc:  # sampling is an aid: never the reason a training fails
+            logger.warning("system metrics not sampled on this node: %s", exc)
+            return
+        with self._lock:
+            if not self._finished:  # a training shorter than the build samples nothing
+                monitor.start()
+                self._monitor = monitor
+
+    def finish(self) -> None:
+        with self._lock:
+            self._finished = True
+            monitor = self._monitor
+        if monitor is not None:
+            monitor.finish()
+
+
+def _start_monitor(target: SystemMetricsTarget) -> _BackgroundMonitor | None:
     import ray.train
 
     context = ray.train.get_context()
     if context.get_local_rank() != 0:
         return None
-    try:
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-        monitor = SystemMetricsMonitor(
-            target.run_id,
-            sampling_interval=target.interval_s,
-            # A restarted group goes on from the run's last step instead of writing over it.
-            resume_logging=True,
-            node_id=f"node_{context.get_node_rank()}",
-            tracking_uri=target.tracking_uri,
-        )
-        monitor.start()
-    except Exception as exc:  # sampling is an aid: never the reason a training fails
-        logger.warning("system metrics not sampled on this node: %s", exc)
-        return None
-    return monitor
+    return _BackgroundMonitor(target, context.get_node_rank())
