@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from training.loop import system_metrics
-from training.loop.system_metrics import MonitoredWorker, SystemMetricsTarget, monitored
+from training.tracking import system_metrics
+from training.tracking.system_metrics import MonitoredWorker, SystemMetricsTarget, monitored
 
 
 def test_sampling_is_off_at_zero_and_for_a_uri_with_credentials():

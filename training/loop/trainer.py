@@ -11,10 +11,10 @@ from training.errors import FunctionContractError, TrainflowError
 from training.loop.failures import training_error
 from training.loop.loop import loop_config, train_worker
 from training.loop.records import unpack
-from training.loop.system_metrics import SystemMetricsTarget, monitored
 from training.manifest import Manifest
 from training.platform import cluster, signals
 from training.storage import StorageLayout
+from training.tracking.system_metrics import SystemMetricsTarget, monitored
 
 # Splits smaller than this are kept in the object store across epochs: re-reading parquet every
 # epoch costs seconds per epoch on small data; larger splits stream from storage as usual.

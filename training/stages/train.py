@@ -9,13 +9,13 @@ from dataclasses import dataclass
 
 from training.config import PipelineConfig
 from training.loop.records import log_loop_records
-from training.loop.system_metrics import SystemMetricsTarget
 from training.loop.trainer import TrainOutcome, train_final
 from training.manifest import Manifest
 from training.report.plots import learning_curves_png
 from training.stages.connect import connect_ray
 from training.storage import StorageLayout
 from training.tracking import lineage, store
+from training.tracking.system_metrics import SystemMetricsTarget
 
 
 @dataclass(frozen=True)
