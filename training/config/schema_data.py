@@ -50,6 +50,12 @@ class DataConfig(Section):
         "categorical, a text column as datetime, short strings as free text, a column to leave "
         "out)",
     )
+    date_formats: dict[str, str] = Field(
+        default_factory=dict,
+        description="a text column's date format (strftime, e.g. %d/%m/%Y) where its values "
+        "cannot tell day from month; default: inferred from the values (ISO 8601, YYYY/MM/DD, "
+        "DD.MM.YYYY, MM/DD/YYYY, DD/MM/YYYY)",
+    )
     text_features: int = Field(
         4096,
         ge=16,
@@ -116,6 +122,17 @@ class DataConfig(Section):
             raise ValueError(
                 "must be three positive ints [channels, height, width], e.g. [1, 8, 8]"
             )
+        return value
+
+    @field_validator("date_formats")
+    @classmethod
+    def _readable_formats(cls, value: dict[str, str]) -> dict[str, str]:
+        from training.data.dates import format_error
+
+        for column, fmt in value.items():
+            why = format_error(fmt)
+            if why:
+                raise ValueError(f"{column}: {fmt!r} is not a date format ({why}); e.g. %d/%m/%Y")
         return value
 
     @model_validator(mode="after")
