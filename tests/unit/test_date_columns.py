@@ -96,6 +96,7 @@ def test_serving_reads_an_unparsable_date_as_a_gap(tmp_path):
     served.loc[:2, "d"] = ["2011-01-01", "not a date", None]
     out = transform_batch(served, spec, with_labels=False)["features"]
     width = datetime_width(spec.to_dict())
+    assert spec.datetime_cycles == ["month", "weekday", "hour", "dayofyear"] and width == 9
     start = len(spec.mean) - width * 2 - spec.text_features * len(spec.text_columns) + width
     assert spec.datetime_columns == ["when", "d"]
     gap = np.zeros(width, dtype=np.float32)
