@@ -76,20 +76,3 @@ def readable(fmt: str) -> str:
     for code, name in names.items():
         fmt = fmt.replace(code, name)
     return fmt
-
-
-def format_error(fmt: str) -> str | None:
-    """Why a declared strftime format cannot read dates (None: it can): it must parse back a
-    date it writes, as pandas reads it."""
-    import datetime
-
-    if fmt == ISO:  # pandas' own name for ISO 8601, not a strftime format
-        return None
-    try:
-        written = datetime.datetime(2001, 2, 3, 4, 5, 6).strftime(fmt)
-        parsed = pd.to_datetime(pd.Series([written]), format=fmt, errors="coerce")
-    except (ValueError, TypeError) as exc:
-        return str(exc)
-    if "%" not in fmt or parsed.isna().any():
-        return "it does not read back the dates it writes"
-    return None
