@@ -41,11 +41,19 @@ class FeatureSpec:
     # column to its vocabulary (most frequent first), datetime_years the year filling a
     # missing date. column_roles: every input column -> its role, or why it is not used.
     # text_columns: free-text columns, each hashed into text_features n-gram buckets.
+    # datetime_formats: a text datetime column's format (strftime, or ISO8601), as training
+    # parsed it (a value that does not fit is a gap); datetime_found: the string columns found
+    # datetime by their values (their rows are hashed by their text, as the plan read them),
+    # with how the format reads; datetime_cycles: the (sin, cos) cycles of each date, empty in
+    # a spec from before day of year (then month, weekday, hour).
     medians: list[float] = field(default_factory=list)
     indicator_columns: list[str] = field(default_factory=list)
     categories: dict[str, list[str]] = field(default_factory=dict)
     datetime_columns: list[str] = field(default_factory=list)
     datetime_years: dict[str, float] = field(default_factory=dict)
+    datetime_formats: dict[str, str] = field(default_factory=dict)
+    datetime_found: dict[str, str] = field(default_factory=dict)
+    datetime_cycles: list[str] = field(default_factory=list)
     column_roles: dict[str, str] = field(default_factory=dict)
     text_columns: list[str] = field(default_factory=list)
     text_features: int = 0

@@ -20,7 +20,7 @@ from training.data.summary import Stats, summarise
 from training.data.validate import feature_spec, validate
 from training.errors import DataValidationError
 from training.model.trainflow_pyfunc.networks import MLP, build_network, embedding_size
-from training.model.trainflow_pyfunc.transform_steps import MISSING, UNKNOWN
+from training.model.trainflow_pyfunc.transform_steps import MISSING, UNKNOWN, datetime_width
 
 ROWS = 400
 
@@ -111,7 +111,9 @@ def test_datetimes_become_year_and_cycles(tmp_path):
     spec, batch = _fit(_table(), tmp_path)
     assert spec.datetime_columns == ["when"]
     out = transform_batch(batch, spec, with_labels=False)["features"]
-    year = len(spec.mean) - 7 - spec.text_features * len(spec.text_columns)
+    width = datetime_width(spec.to_dict())
+    assert width == 9  # year, then month, weekday, hour and day of year as (sin, cos)
+    year = len(spec.mean) - width - spec.text_features * len(spec.text_columns)
     month = out[:, year + 1 : year + 3]  # sin, cos of the month
     np.testing.assert_allclose((month**2).sum(axis=1), 1.0, rtol=1e-5)
     assert out.shape[1] == len(spec.mean) == len(spec.cardinalities)

@@ -50,6 +50,12 @@ class DataConfig(Section):
         "categorical, a text column as datetime, short strings as free text, a column to leave "
         "out)",
     )
+    date_formats: dict[str, str] = Field(
+        default_factory=dict,
+        description="a text column's date format (strftime, e.g. %d/%m/%Y) where its values "
+        "cannot tell day from month; default: inferred from the values (ISO 8601, YYYY/MM/DD, "
+        "DD.MM.YYYY, MM/DD/YYYY, DD/MM/YYYY)",
+    )
     text_features: int = Field(
         4096,
         ge=16,
@@ -118,6 +124,15 @@ class DataConfig(Section):
             )
         return value
 
+    @field_validator("date_formats")
+    @classmethod
+    def _readable_formats(cls, value: dict[str, str]) -> dict[str, str]:
+        for column, fmt in value.items():
+            why = date_format_error(fmt)
+            if why:
+                raise ValueError(f"{column}: {fmt!r} is not a date format ({why}); e.g. %d/%m/%Y")
+        return value
+
     @model_validator(mode="after")
     def _features_or_image(self) -> DataConfig:
         if self.feature_columns is not None and self.image_column is not None:
@@ -130,6 +145,25 @@ class DataConfig(Section):
             raise ValueError(f"label column {self.label_column!r} cannot have a data.columns role")
         check_prompt_response(self)
         return self
+
+
+def date_format_error(fmt: str) -> str | None:
+    """Why a declared strftime format cannot read dates (None: it can): it must read back a
+    date it writes, as pandas reads it (imported here only: the config stays light)."""
+    import datetime
+
+    import pandas as pd
+
+    if fmt == "ISO8601":  # pandas' own name for ISO 8601, not a strftime format
+        return None
+    try:
+        written = datetime.datetime(2001, 2, 3, 4, 5, 6).strftime(fmt)
+        parsed = pd.to_datetime(pd.Series([written]), format=fmt, errors="coerce")
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    if "%" not in fmt or parsed.isna().any():
+        return "it does not read back the dates it writes"
+    return None
 
 
 def check_prompt_response(data: DataConfig) -> None:

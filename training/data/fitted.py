@@ -17,7 +17,7 @@ from training.data.fitting import TableFit, vocabulary
 from training.data.roles import FEATURE_ROLES, REASONS, UNSUPPORTED
 from training.data.schema import Plan
 from training.errors import DataValidationError
-from training.model.trainflow_pyfunc.transform_steps import DATETIME_WIDTH, RESERVED
+from training.model.trainflow_pyfunc.transform_steps import CYCLES, RESERVED, datetime_width
 
 
 @dataclass
@@ -50,12 +50,45 @@ def _check_not_empty(fit: TableFit, plan: Plan) -> None:
         )
 
 
-def _final_roles(fit: TableFit, data: DataConfig, plan: Plan) -> tuple[dict, dict]:
+@dataclass
+class Dates:
+    """The format each text datetime column is parsed by, and the string columns found
+    datetime by their values (column -> how the format reads, said on the console)."""
+
+    formats: dict[str, str] = field(default_factory=dict)
+    found: dict[str, str] = field(default_factory=dict)
+
+
+def _dates(fit: TableFit, data: DataConfig, plan: Plan) -> Dates:
+    """Dates before id-like: a column of distinct dates is a season, not a code. A declared
+    datetime column whose values fit no format is parsed as it always was (any date pandas
+    reads), unless a format is declared for it: then a value it cannot read is an error."""
+    dates = Dates()
+    for column, role in plan.hash_roles.items():
+        chosen = fit.date_format(column) if column in plan.date_formats else None
+        declared = data.date_formats.get(column)
+        if role == "datetime" and declared and chosen is None and column in fit.dates:
+            raise DataValidationError(
+                f"datetime column {column!r} holds training values that data.date_formats' "
+                f"{declared!r} cannot read; fix the format or the values"
+            )
+        if chosen is None:
+            continue
+        dates.formats[column] = chosen[0]
+        if role == "categorical":
+            dates.found[column] = chosen[1]
+    return dates
+
+
+def _final_roles(fit: TableFit, data: DataConfig, plan: Plan, dates: Dates) -> tuple[dict, dict]:
     """(column -> role, column -> why it is not used): the plan's roles from the types, a string
-    column not declared turned id-like or text by its values."""
+    column not declared turned datetime, id-like or text by its values."""
     roles = dict(plan.hash_roles)
     ignored = dict(plan.ignored)
     for column, role in roles.items():
+        if column in dates.found:
+            roles[column] = "datetime"
+            continue
         found = None if data.columns.get(column) else fit.string_role(column)
         if role == "categorical" and found:
             roles[column] = found
@@ -73,7 +106,8 @@ def _final_roles(fit: TableFit, data: DataConfig, plan: Plan) -> tuple[dict, dic
 def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
     """The fitted state of a table (train split only), plain data for the spec."""
     _check_not_empty(fit, plan)
-    roles, ignored = _final_roles(fit, data, plan)
+    dates_found = _dates(fit, data, plan)
+    roles, ignored = _final_roles(fit, data, plan, dates_found)
     used = [c for c, r in roles.items() if r in FEATURE_ROLES]
     numeric = plan.features or []
     n, mean, m2 = (np.asarray(v, dtype=np.float64) for v in fit.numeric)
@@ -94,24 +128,28 @@ def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
     state.std += [1.0] * len(categories)
     dates = [c for c in used if roles[c] == "datetime"]
     years = {}
+    date_width = datetime_width({"datetime_cycles": CYCLES})
     for column in dates:
-        count, year_mean, year_m2 = (float(np.asarray(v)[0]) for v in fit.years[column])
+        count, year_mean, year_m2 = _year_moments(fit, column, dates_found.formats.get(column))
         years[column] = year_mean
-        state.mean += [year_mean] + [0.0] * (DATETIME_WIDTH - 1)
-        state.std += [_std(count, year_m2)] + [1.0] * (DATETIME_WIDTH - 1)
+        state.mean += [year_mean] + [0.0] * (date_width - 1)
+        state.std += [_std(count, year_m2)] + [1.0] * (date_width - 1)
     texts = [c for c in used if roles[c] == "text"]
     # Hashed text passes through the normalisation: mean 0, std 1 keep its zeros zeros.
     state.mean += [0.0] * (data.text_features * len(texts))
     state.std += [1.0] * (data.text_features * len(texts))
     cards = [len(v) + RESERVED for v in categories.values()]
     width = len(numeric) + len(indicators)
-    after = DATETIME_WIDTH * len(dates) + data.text_features * len(texts)
+    after = date_width * len(dates) + data.text_features * len(texts)
     state.fields = {
         "medians": [fit.median(i) for i in range(len(numeric))] if impute else [],
         "indicator_columns": indicators,
         "categories": categories,
         "datetime_columns": dates,
         "datetime_years": years,
+        "datetime_formats": {c: f for c, f in dates_found.formats.items() if c in dates},
+        "datetime_found": {c: how for c, how in dates_found.found.items() if c in dates},
+        "datetime_cycles": list(CYCLES),
         "column_roles": roles,
         "text_columns": texts,
         "text_features": data.text_features if texts else 0,
@@ -119,6 +157,13 @@ def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
         "drift_reference": drift_reference(fit, numeric, list(categories)),
     }
     return state
+
+
+def _year_moments(fit: TableFit, column: str, fmt: str | None) -> tuple[float, float, float]:
+    """(count, mean, M2) of a datetime column's train years: as its format reads them, where
+    it has one."""
+    moments = fit.dates[column][fmt] if fmt else fit.years[column]
+    return tuple(float(np.asarray(v)[0]) for v in moments)
 
 
 def drift_reference(fit: TableFit, numeric: list[str], categorical: list[str]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from training.data.dates import chosen_format, fitting_formats
 from training.model.trainflow_pyfunc.transform import numbers
 from training.model.trainflow_pyfunc.transform_steps import category_keys, parse_datetimes
 
@@ -78,8 +79,29 @@ def _strings(keys: pd.Series) -> dict[str, Any]:
     }
 
 
-def table_partial(batch: pd.DataFrame, roles: dict[str, str], train: np.ndarray, keys: np.ndarray):
-    """One batch's partial of the train rows (``train`` mask, ``keys`` the rows' hash keys)."""
+def _years(parsed: pd.Series) -> np.ndarray:
+    return parsed.dt.year.to_numpy(dtype=np.float64, na_value=np.nan)[:, None]
+
+
+def date_partial(values: pd.Series, formats: tuple[str, ...]) -> dict[str, tuple] | None:
+    """A text column's train values as dates: per format under which every one parses, the
+    moments of their years (None: no value in this batch, which rules no format out)."""
+    fits = fitting_formats(values, formats)
+    if fits is None:
+        return None
+    present = values.dropna()
+    return {fmt: _moments(_years(parse_datetimes(present, "", fmt))) for fmt in fits}
+
+
+def table_partial(
+    batch: pd.DataFrame,
+    roles: dict[str, str],
+    train: np.ndarray,
+    keys: np.ndarray,
+    date_formats: dict[str, tuple[str, ...]] | None = None,
+):
+    """One batch's partial of the train rows (``train`` mask, ``keys`` the rows' hash keys);
+    ``date_formats``: the formats each text column that may hold dates is tried under."""
     rows = batch[train]
     numeric = [c for c, r in roles.items() if r == "numeric"]
     values = numbers(rows, numeric)
@@ -89,6 +111,7 @@ def table_partial(batch: pd.DataFrame, roles: dict[str, str], train: np.ndarray,
         "sample": _sample(values, keys[train]),
         "categorical": {},
         "datetime": {},
+        "dates": {},
     }
     for column in (c for c, r in roles.items() if r == "categorical"):
         found = category_keys(rows[column])
@@ -99,6 +122,9 @@ def table_partial(batch: pd.DataFrame, roles: dict[str, str], train: np.ndarray,
         parsed = parse_datetimes(batch[column], column)[train]
         years = parsed.dt.year.to_numpy(dtype=np.float64, na_value=np.nan)[:, None]
         part["datetime"][column] = _moments(years)
+    for column, formats in (date_formats or {}).items():
+        if column in roles and _is_text(batch[column]):
+            part["dates"][column] = date_partial(rows[column], formats)
     return part
 
 
@@ -118,6 +144,7 @@ class TableFit:
     missing: dict = field(default_factory=dict)  # categorical column -> missing rows
     shapes: dict = field(default_factory=dict)  # column -> rows, distinct, length, spaces sums
     years: dict = field(default_factory=dict)
+    dates: dict = field(default_factory=dict)  # text column -> format -> year moments
 
     def add(self, part: dict[str, Any]) -> None:
         self.numeric = (
@@ -161,6 +188,24 @@ class TableFit:
         for column, moments in part["datetime"].items():
             before = self.years.get(column)
             self.years[column] = moments if before is None else merge_moments(before, moments)
+        for column, fits in part.get("dates", {}).items():
+            self._add_dates(column, fits)
+
+    def _add_dates(self, column: str, fits: dict[str, tuple] | None) -> None:
+        """Keep the formats every batch's values fit (a batch without values rules none out)."""
+        if fits is None:
+            return
+        if column not in self.dates:
+            self.dates[column] = fits
+            return
+        before = self.dates[column]
+        self.dates[column] = {
+            f: merge_moments(before[f], m) for f, m in fits.items() if f in before
+        }
+
+    def date_format(self, column: str) -> tuple[str, str] | None:
+        """(format, how it reads) of a text column whose every train value is a date, or None."""
+        return chosen_format(list(self.dates.get(column) or {}))
 
     def string_role(self, column: str) -> str | None:
         """ "id-like" or "text" for a string column that is not a category, else None."""

@@ -187,6 +187,8 @@ def _report_roles(spec: FeatureSpec, plan) -> dict[str, str]:
     ignored = {c: REASONS.get(r, r) for c, r in spec.column_roles.items() if r in REASONS}
     ignored.update(plan.ignored)
     progress.report("preprocess", f"columns: {role_line(spec.column_roles)}")
+    for column, how in spec.datetime_found.items():
+        progress.report("preprocess", f"column {column!r} datetime ({how})")
     for column, reason in ignored.items():
         progress.report("preprocess", f"column {column!r} not used: {reason}")
     return ignored

@@ -101,7 +101,9 @@ def hash_roles(spec: FeatureSpec | dict) -> dict[str, str]:
     """The columns a spec's rows were hashed by, by role (what the plan read)."""
     plain = spec if isinstance(spec, dict) else spec.to_dict()
     read = {"id-like": "categorical", "text": "categorical"}
-    roles = plain.get("column_roles") or {}
+    roles = dict(plain.get("column_roles") or {})
+    for column in plain.get("datetime_found") or {}:  # read as text, found dates after hashing
+        roles[column] = "categorical"
     hashed = {c: read.get(r, r) for c, r in roles.items() if read.get(r, r) in _READ_ROLES}
     return hashed or {c: "numeric" for c in plain.get("feature_columns") or []}
 

@@ -45,6 +45,8 @@ class Plan:
     image_shape: list[int] | None = None
     #: Where the image column holds file paths: the directory relative ones start from.
     image_root: str | None = None
+    #: The formats each column that may hold dates as text is tried under (the summary pass).
+    date_formats: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def hash_roles(self) -> dict[str, str]:
@@ -143,7 +145,24 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
         check_image_shape(data.image_shape, width)
     if paths:
         return _image_paths_plan(data, fmt)
-    return Plan(fmt, data.label_column, features, data.image_column, roles, ignored)
+    dates = date_candidates(roles, data)
+    return Plan(
+        fmt, data.label_column, features, data.image_column, roles, ignored, date_formats=dates
+    )
+
+
+def date_candidates(roles: dict[str, str], data: DataConfig) -> dict[str, tuple[str, ...]]:
+    """The formats each string or datetime column is tried under: a column declared anything but
+    datetime is what it says, so it is not tried."""
+    from training.data.dates import candidate_formats
+
+    out = {}
+    for column, role in roles.items():
+        declared = data.columns.get(column)
+        if role == "datetime" or (role == "categorical" and declared is None):
+            wanted = data.date_formats.get(column)
+            out[column] = candidate_formats(wanted, declared == "datetime")
+    return out
 
 
 def _require_prompt_response(file: str, names: list[str], data: DataConfig) -> None:

@@ -53,7 +53,8 @@ def batch_summary(batch: pd.DataFrame, plan: Plan, split: SplitConfig) -> dict[s
     splits = assign_splits(hashes, split)
     null = missing_labels(labels)
     if not plan.image:
-        table = table_partial(batch, plan.hash_roles, (splits == "train") & ~null, hashes)
+        train = (splits == "train") & ~null
+        table = table_partial(batch, plan.hash_roles, train, hashes, plan.date_formats)
     frame = pd.DataFrame({"split": splits[~null], "label": labels[~null].to_numpy()})
     counts: dict[str, dict[Any, int]] | None = {s: {} for s in SPLITS}
     if frame["label"].nunique() > MAX_CLASSES:

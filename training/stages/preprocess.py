@@ -55,15 +55,18 @@ def preprocess(config: PipelineConfig, fingerprint: str, files: list[str]) -> Ma
 
 def _columns_text(manifest: Manifest) -> str:
     """``; columns: 4 numeric, 1 categorical, 1 id-like ignored ('order_id': id-like ...)``:
-    every column's role on the preprocess line, each one not used named with its reason."""
+    every column's role on the preprocess line, each one not used named with its reason, each
+    string column found datetime with its format."""
     roles = manifest.spec.column_roles
     if not roles:
         return ""
-    ignored = "; ".join(f"{c!r} not used: {r}" for c, r in manifest.ignored_columns.items())
+    notes = [f"{c!r} datetime ({how})" for c, how in manifest.spec.datetime_found.items()]
+    notes += [f"{c!r} not used: {r}" for c, r in manifest.ignored_columns.items()]
+    detail = "; ".join(notes)
     used = role_line(roles)
     if manifest.spec.tokens:  # a text model reads its text column alone
         used = f"{described(manifest.spec.tokens)} as tokens"
-    return f"; columns: {used}" + (f" ({ignored})" if ignored else "")
+    return f"; columns: {used}" + (f" ({detail})" if detail else "")
 
 
 def _dropped_text(manifest: Manifest) -> str:

@@ -9,8 +9,9 @@ The features are a row of *steps*, each a plain-data pair (kind, columns) read f
 applied by the function registered for its kind (``transform_steps.py``): ``numeric`` columns as
 float64 (a gap filled with the train median), ``missing`` 0/1 indicators of those gaps,
 ``categorical`` columns as one integer code each (0 other/unknown, 1 missing, 2.. the fitted
-vocabulary), ``datetime`` columns as year and cyclical month/weekday/hour, ``text`` columns as a
-hashed bag of word and character n-grams (``text_features.py``), an ``image`` column of
+vocabulary), ``datetime`` columns as year and cyclical month/weekday/hour/day of year (parsed
+by the format training found, where it found one), ``text`` columns as a hashed bag of word
+and character n-grams (``text_features.py``), an ``image`` column of
 equal-length arrays flattened (or of encoded PNG/JPEG bytes, decoded and resized as training's
 image reader did). Their matrix is then checked finite and normalised by the train split's
 mean and std (a categorical code and a hashed text position have mean 0, std 1: they pass
@@ -35,7 +36,7 @@ from .images import ENCODED, decode, unreadable
 from .prompts import row_ids, token_columns
 from .text_features import hashed_text, text_width
 from .tokens import tokens_state
-from .transform_steps import DATETIME_WIDTH, TransformError, categorical_codes, datetime_parts
+from .transform_steps import TransformError, categorical_codes, datetime_parts, datetime_width
 
 #: The keys of a transformed batch: the network's input and, with labels, its target.
 FEATURES = "features"
@@ -241,7 +242,7 @@ def position_names(spec: Mapping[str, Any]) -> list[str]:
         return [spec["image_column"]] * math.prod(spec["input_shape"])
     names: list[str] = []
     for kind, columns in feature_steps(spec):
-        width = {"datetime": DATETIME_WIDTH, "text": text_width(spec)}.get(kind, 1)
+        width = {"datetime": datetime_width(spec), "text": text_width(spec)}.get(kind, 1)
         names += [column for column in columns for _ in range(width)]
     return names
 

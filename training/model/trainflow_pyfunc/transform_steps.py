@@ -3,8 +3,11 @@ and datetimes as numbers. numpy and pandas only, vectorised (no Python per row),
 
 A categorical column occupies one feature position holding its code as a float (exact in
 float32): 0 other/unknown (rare in training, or never seen), 1 missing, 2.. the fitted
-vocabulary, most frequent first. A datetime column occupies ``DATETIME_WIDTH`` positions: its
-year, then sin/cos of month, weekday and hour (cyclical: December sits next to January).
+vocabulary, most frequent first. A datetime column occupies ``datetime_width(spec)``
+positions: its year, then sin/cos of each of the spec's cycles (cyclical: December sits next to
+January). A spec from before day-of-year was a cycle has no ``datetime_cycles`` and keeps its
+month, weekday and hour; a spec from before formats has no ``datetime_formats`` and parses
+dates as it always did.
 """
 
 from __future__ import annotations
@@ -18,9 +21,20 @@ import pandas as pd
 #: The codes every vocabulary reserves before its own values.
 UNKNOWN, MISSING = 0, 1
 RESERVED = 2
-#: Positions per datetime column: year, then (sin, cos) of month, weekday, hour.
-DATETIME_WIDTH = 7
-_CYCLES = (("month", 12, 1), ("weekday", 7, 0), ("hour", 24, 0))
+#: Each cycle a date can be read as: (pandas ``.dt`` field, period, first value).
+_CYCLE_FIELDS = {
+    "month": ("month", 12, 1),
+    "weekday": ("dayofweek", 7, 0),
+    "hour": ("hour", 24, 0),
+    # 365.25: Dec 31 lands next to Jan 1 in leap years and common years alike.
+    "dayofyear": ("dayofyear", 365.25, 1),
+}
+#: The cycles of a spec that names none (every model registered before day of year).
+OLD_CYCLES = ("month", "weekday", "hour")
+#: The cycles a new spec records: the seasons need day of year.
+CYCLES = (*OLD_CYCLES, "dayofyear")
+#: The format name ``datetime_formats`` holds for ISO 8601 (date, optional time and zone).
+ISO = "ISO8601"
 
 
 class TransformError(ValueError):
@@ -56,11 +70,24 @@ def categorical_codes(
     return out
 
 
-def parse_datetimes(series: pd.Series, column: str) -> pd.Series:
-    """A timestamp, date or text column as UTC datetimes (missing stays NaT); text that is not a
-    date is one error naming the column and an example."""
+def datetime_cycles(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The cycles a spec's datetime columns are read as (an older spec's, where it names none)."""
+    return tuple(spec.get("datetime_cycles") or OLD_CYCLES)
+
+
+def datetime_width(spec: Mapping[str, Any]) -> int:
+    """Positions per datetime column: its year, then a (sin, cos) pair per cycle."""
+    return 1 + 2 * len(datetime_cycles(spec))
+
+
+def parse_datetimes(series: pd.Series, column: str, fmt: str | None = None) -> pd.Series:
+    """A timestamp, date or text column as UTC datetimes (missing stays NaT). With ``fmt`` (the
+    format fitted on training) text that does not fit is a gap; without one (a declared column,
+    or a spec from before formats) text that is not a date is one error naming the column."""
     if isinstance(series.dtype, pd.ArrowDtype):
         series = series.astype(object)
+    if fmt is not None:
+        return parse_as(series, fmt)
     parsed = pd.to_datetime(series, errors="coerce", utc=True, format="mixed")
     bad = parsed.isna() & series.notna()
     if bad.any():
@@ -72,18 +99,30 @@ def parse_datetimes(series: pd.Series, column: str) -> pd.Series:
     return parsed
 
 
+def parse_as(series: pd.Series, fmt: str) -> pd.Series:
+    """Values under one format as UTC datetimes; a value that does not fit is NaT (a gap)."""
+    if pd.api.types.is_datetime64_any_dtype(series):
+        return pd.to_datetime(series, utc=True)  # already instants: the format is for text
+    if pd.api.types.is_numeric_dtype(series):
+        series = category_keys(series)  # 20120101 stored as a number reads as its digits
+    # As text: a JSON request may mix numbers and strings in one column.
+    return pd.to_datetime(series.astype("string"), format=fmt, errors="coerce", utc=True)
+
+
 def datetime_parts(frame: pd.DataFrame, columns: list[str], spec: Mapping[str, Any]) -> np.ndarray:
-    """Year and cyclical month/weekday/hour of each datetime column (float64 [n, 7 per column]);
-    a missing date gets the train split's mean year and 0 for its cycles."""
+    """Year and the cycles (sin, cos) of each datetime column (float64 [n, datetime_width per
+    column]); a missing or unparsable date gets the train split's mean year and 0 for its
+    cycles."""
     parts = []
     fill = spec.get("datetime_years") or {}
+    formats = spec.get("datetime_formats") or {}
+    cycles = [_CYCLE_FIELDS[name] for name in datetime_cycles(spec)]
     for column in columns:
-        parsed = parse_datetimes(frame[column], column)
+        parsed = parse_datetimes(frame[column], column, formats.get(column))
         gap = parsed.isna().to_numpy()
         year = parsed.dt.year.to_numpy(dtype=np.float64, na_value=np.nan)
         parts.append(np.where(gap, float(fill.get(column, 0.0)), year))
-        for part, period, first in _CYCLES:
-            field = "dayofweek" if part == "weekday" else part
+        for field, period, first in cycles:
             value = getattr(parsed.dt, field).to_numpy(dtype=np.float64, na_value=np.nan)
             angle = 2 * np.pi * (value - first) / period
             parts.append(np.where(gap, 0.0, np.sin(angle)))
@@ -97,6 +136,6 @@ def cardinalities(spec: Mapping[str, Any]) -> list[int]:
         return []
     width = len(spec.get("feature_columns") or []) + len(spec.get("indicator_columns") or [])
     cats = [len(v) + RESERVED for v in (spec.get("categories") or {}).values()]
-    dates = DATETIME_WIDTH * len(spec.get("datetime_columns") or [])
+    dates = datetime_width(spec) * len(spec.get("datetime_columns") or [])
     text = int(spec.get("text_features") or 0) * len(spec.get("text_columns") or [])
     return [0] * width + cats + [0] * (dates + text)
