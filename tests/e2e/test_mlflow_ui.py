@@ -31,6 +31,8 @@ from cli_runner import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# Each epoch's throughput, logged on the trial runs beside the model's metrics.
+THROUGHPUT = ("train_rows_per_s", "data_wait_share")
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 SCREENSHOTS_ENV = "TRAINFLOW_SCREENSHOTS"
@@ -140,7 +142,7 @@ def test_trial_runs_are_named_tagged_and_comparable(pipeline, runs):
         assert {"train_loss", "val_loss", "val_accuracy"} <= set(run.data.metrics)
         assert not {"pid", "timestamp", "done"} & set(run.data.metrics)  # no Tune bookkeeping
         # The model's metrics only, per epoch; no Ray trial_name tag.
-        assert set(run.data.metrics) == {"train_loss", "val_loss", "val_accuracy"}
+        assert set(run.data.metrics) == {"train_loss", "val_loss", "val_accuracy", *THROUGHPUT}
         assert "trial_name" not in tags
         assert len(trial["history"]) == trial["epochs"]
         if trial["status"] == "stopped-early":

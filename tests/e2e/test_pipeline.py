@@ -14,6 +14,8 @@ from smoke_runs import CANARIES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# Each epoch's throughput, logged on the trial runs beside the model's metrics.
+THROUGHPUT = ("train_rows_per_s", "data_wait_share")
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 
@@ -223,7 +225,7 @@ def test_mlflow_ui_story_of_the_run_tree(first_run, client):
 
     trials = _children(client, experiment_id, stages["sweep"].info.run_id)
     for trial in trials:
-        assert set(trial.data.metrics) == {"train_loss", "val_loss", "val_accuracy"}
+        assert set(trial.data.metrics) == {"train_loss", "val_loss", "val_accuracy", *THROUGHPUT}
         assert "trial_name" not in trial.data.tags
         assert trial.data.tags["mlflow.source.name"] == "trainflow run"
 

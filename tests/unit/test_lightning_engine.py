@@ -170,10 +170,14 @@ def test_a_factory_returning_anything_else_is_refused(user_package, name, messag
 
 
 def _cli_run(tmp_path, monkeypatch, factory: str):
-    import ray
-
     from trainflow.cli import app
+    from training.platform import cluster
 
+    # Ray's own is_initialized() would answer for the whole test process, where another
+    # module's fixture may hold an instance: the calls that start or join one are watched.
+    started: list[str] = []
+    monkeypatch.setattr(cluster, "start_early", lambda *a, **k: started.append("start_early"))
+    monkeypatch.setattr(cluster, "connect", lambda *a, **k: started.append("connect"))
     monkeypatch.chdir(tmp_path)
     sets = ["model.kind=custom", f"model.factory={factory}", "train.engine=lightning"]
     sets.append("sweep.enabled=false")
@@ -181,7 +185,7 @@ def _cli_run(tmp_path, monkeypatch, factory: str):
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1, lines
-    assert not ray.is_initialized()
+    assert started == []
     return lines[0]
 
 

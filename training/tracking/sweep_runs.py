@@ -27,8 +27,9 @@ TRIAL_ID_TAG = "trainflow.trial_id"
 # The model's own metrics in a trial's result (train_loss, val_loss, val_accuracy, val_rmse ...);
 # everything else there is Tune's bookkeeping (training_iteration, time_*_s, pid, timestamp, done)
 # or the loop's (epoch is the step, workers, lr is the trial's param), kept in Tune's own files:
-# as metrics they sorted ahead of val_accuracy in every compare view.
-MODEL_METRIC_PREFIXES = ("train_", "val_")
+# as metrics they sorted ahead of val_accuracy in every compare view. The epoch's throughput
+# (train_rows_per_s or train_tokens_per_s, and data_wait_share) is kept: a slow trial shows why.
+MODEL_METRIC_PREFIXES = ("train_", "val_", "data_wait_share")
 
 
 def model_metrics(result: dict[str, Any], first: str | None = None) -> dict[str, float]:
