@@ -88,7 +88,7 @@ def _wait_until(predicate):
 
 def test_the_monitor_is_built_beside_training_and_names_its_node(fake_mlflow_monitor):
     target = SystemMetricsTarget("run-1", "sqlite:///x", 2)
-    background = system_metrics._BackgroundMonitor(target, node_rank=1)
+    background = system_metrics._BackgroundMonitor(target, node_index=1)
     fake_mlflow_monitor.built.set()
     _wait_until(lambda: background._monitor is not None)
     (made,) = fake_mlflow_monitor.made

@@ -71,7 +71,7 @@ class MlflowConfig(Section):
         10.0,
         ge=0,
         description="seconds between samples of each training node's CPU, memory, disk, network "
-        "(and GPU) use, logged to the train run as system/node_<rank>/...; 0: none",
+        "(and GPU) use, logged to the train run as system/node_<index>/...; 0: none",
     )
 
 

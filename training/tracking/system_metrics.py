@@ -1,11 +1,11 @@
 """Each training node's CPU, memory, disk, network (and GPU) use on the MLflow train run.
 
-MLflow's own ``SystemMetricsMonitor`` samples in a thread of the first worker of every node
-(local rank 0: one sampler a node, not one a worker), its metrics named
-``system/node_<rank>/...`` so a straggler or an idle GPU shows on its node. The worker reaches
-the tracking server as the driver does; a tracking URI that carries credentials is not handed to
-the workers, and the monitor is not started. A monitor that cannot log stops with a warning in
-the worker's log; training never waits on it.
+MLflow's own ``SystemMetricsMonitor`` samples in a thread of the first worker of every Ray node
+(one sampler a node, not one a worker), its metrics named ``system/node_<index>/...`` (nodes
+numbered in the order of their first rank) so a straggler or an idle GPU shows on its node. The
+worker reaches the tracking server as the driver does; a tracking URI that carries credentials is
+not handed to the workers, and the monitor is not started. A monitor that cannot log stops with a
+warning in the worker's log; training never waits on it.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ class _BackgroundMonitor:
     """MLflow's monitor, built in a thread of its own: importing MLflow and opening its store
     take seconds of a worker's start that training need not wait for."""
 
-    def __init__(self, target: SystemMetricsTarget, node_rank: int) -> None:
-        self._target, self._node_rank = target, node_rank
+    def __init__(self, target: SystemMetricsTarget, node_index: int) -> None:
+        self._target, self._node_index = target, node_index
         self._lock = threading.Lock()
         self._monitor = None
         self._finished = False
@@ -80,7 +80,7 @@ class _BackgroundMonitor:
                 sampling_interval=self._target.interval_s,
                 # A restarted group goes on from the run's last step instead of writing over it.
                 resume_logging=True,
-                node_id=f"node_{self._node_rank}",
+                node_id=f"node_{self._node_index}",
                 tracking_uri=self._target.tracking_uri,
             )
         except Exception as exc:  # sampling is an aid: never the reason a training fails
@@ -100,9 +100,26 @@ class _BackgroundMonitor:
 
 
 def _start_monitor(target: SystemMetricsTarget) -> _BackgroundMonitor | None:
-    import ray.train
-
-    context = ray.train.get_context()
-    if context.get_local_rank() != 0:
+    first_on_node, node_index = _placement()
+    if not first_on_node:
         return None
-    return _BackgroundMonitor(target, context.get_node_rank())
+    return _BackgroundMonitor(target, node_index)
+
+
+def _placement() -> tuple[bool, int]:
+    """(whether this worker is the lowest rank on its Ray node, that node's index in rank order).
+
+    By Ray node id, not by address as Ray Train's local and node ranks go: nodes that share an
+    address (several on one host) are still told apart. Every worker takes part, once, before
+    training; a process group on NCCL gets a Gloo one for the exchange of plain strings."""
+    import ray
+    import torch.distributed as dist
+
+    node = ray.get_runtime_context().get_node_id()
+    if not dist.is_available() or not dist.is_initialized():
+        return True, 0
+    group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+    nodes: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(nodes, node, group=group)
+    in_rank_order = list(dict.fromkeys(nodes))
+    return nodes.index(node) == dist.get_rank(), in_rank_order.index(node)
