@@ -106,3 +106,13 @@ def test_a_training_that_ends_before_the_monitor_is_built_starts_none(fake_mlflo
     time.sleep(0.2)  # the build thread's moment to start it, were it wrong
     (made,) = fake_mlflow_monitor.made
     assert made.calls == []
+
+
+def test_the_train_stage_wraps_the_worker_only_with_a_target():
+    def loop(settings):
+        return settings
+
+    assert system_metrics.sampling(None) is None
+    wrap = system_metrics.sampling(SystemMetricsTarget("r", "sqlite:///x", 1))
+    wrapped = wrap(loop)
+    assert isinstance(wrapped, MonitoredWorker) and wrapped.train_fn is loop

@@ -3,10 +3,7 @@ user's LightningModule, and a sweep over what the Trainer trainflow builds actua
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from training.config.schema import PipelineConfig
+from typing import Any
 
 #: The train.* keys the Lightning engine reads (the Trainer's batches, seed and precision);
 #: the optimizer is the module's own (``configure_optimizers``), so train.lr and the rest
@@ -14,8 +11,9 @@ if TYPE_CHECKING:
 SWEPT_TRAIN_KEYS = ("train.batch_size", "train.seed", "train.precision")
 
 
-def check_lightning(config: PipelineConfig) -> None:
-    """ValueError unless the LightningModule has a factory and every swept key reaches it."""
+def check_lightning(config: Any) -> None:
+    """ValueError unless the LightningModule has a factory and every swept key reaches it
+    (``config``: the PipelineConfig being validated, which imports this module)."""
     if config.model.kind != "custom":
         raise ValueError(
             "train.engine=lightning needs model.kind: custom with model.factory: the function "

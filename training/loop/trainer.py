@@ -14,7 +14,6 @@ from training.loop.records import unpack
 from training.manifest import Manifest
 from training.platform import cluster, signals
 from training.storage import StorageLayout
-from training.tracking.system_metrics import SystemMetricsTarget, monitored
 
 # Splits smaller than this are kept in the object store across epochs: re-reading parquet every
 # epoch costs seconds per epoch on small data; larger splits stream from storage as usual.
@@ -148,16 +147,18 @@ def build_trainer(
     train_fn=train_worker,
     every_n_batches: int = 0,
     final: bool = False,
-    system_metrics: SystemMetricsTarget | None = None,
+    wrap_worker=None,
 ):
     """A TorchTrainer from config: scaling, run, checkpoint and failure settings in one place.
 
     ``train_fn``: the per-worker loop (tests wrap it to inject faults). ``final``: step
-    validations and the profile as configured (``loop_config``). ``system_metrics``: where each
-    node's first worker logs its node's CPU, memory, disk and network use."""
+    validations and the profile as configured (``loop_config``). ``wrap_worker``: wraps the
+    engine's worker (the train stage's system-metrics sampler)."""
     import ray.train
 
-    train_fn = monitored(_engine_worker(config, train_fn), system_metrics)
+    train_fn = _engine_worker(config, train_fn)
+    if wrap_worker is not None:
+        train_fn = wrap_worker(train_fn)
     train = config.train
     workers = num_workers if num_workers is not None else train.num_workers
     # (min, max): Train V2's elastic policy starts with what fits and resizes within the bounds.
@@ -289,12 +290,12 @@ def train_final(
     train_fn=train_worker,
     on_epochs=None,
     epochs_done: int = 0,
-    system_metrics: SystemMetricsTarget | None = None,
+    wrap_worker=None,
 ) -> TrainOutcome:
     """DDP training with the chosen hyperparameters; returns the best checkpoint.
     ``on_epochs`` gets the epochs' rows while training, once a checkpoint holds them;
     ``epochs_done``: what a resumed run's train run holds (a user's function or Lightning
-    module reports without trainflow's epoch number)."""
+    module reports without trainflow's epoch number); ``wrap_worker``: see ``build_trainer``."""
     from ray.train import TrainingFailedError
 
     from training.loop.function_reports import ReportHistory
@@ -323,7 +324,7 @@ def train_final(
             train_fn=train_fn,
             every_n_batches=config.train.checkpoint.every_n_batches,
             final=True,
-            system_metrics=system_metrics,
+            wrap_worker=wrap_worker,
         )
         try:
             with signals.handlers_restored(), signals.sigterm_stops_ray_calls():

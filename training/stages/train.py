@@ -14,7 +14,7 @@ from training.manifest import Manifest
 from training.report.plots import learning_curves_png
 from training.stages.connect import connect_ray
 from training.storage import StorageLayout
-from training.tracking import lineage, store
+from training.tracking import lineage, store, system_metrics
 from training.tracking.system_metrics import SystemMetricsTarget
 
 
@@ -48,8 +48,10 @@ def train(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         StorageLayout.from_config(config),
         on_epochs=lambda rows: tracker.log_history(train_run, rows, step_key="epoch"),
         epochs_done=tracker.last_step(train_run, config.train.checkpoint.score_attribute),
-        system_metrics=SystemMetricsTarget.of(
-            train_run, tracker.tracking_uri, config.mlflow.system_metrics_interval_s
+        wrap_worker=system_metrics.sampling(
+            SystemMetricsTarget.of(
+                train_run, tracker.tracking_uri, config.mlflow.system_metrics_interval_s
+            )
         ),
     )
     tracker.log_history(train_run, outcome.history, step_key="epoch")

@@ -10,6 +10,7 @@ warning in the worker's log; training never waits on it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from dataclasses import dataclass
@@ -58,6 +59,11 @@ class MonitoredWorker:
 def monitored(train_fn, target: SystemMetricsTarget | None):
     """``train_fn`` itself without a target, else wrapped in :class:`MonitoredWorker`."""
     return train_fn if target is None else MonitoredWorker(train_fn, target)
+
+
+def sampling(target: SystemMetricsTarget | None):
+    """What wraps a TorchTrainer's worker so it samples to ``target`` (None: nothing to do)."""
+    return None if target is None else functools.partial(monitored, target=target)
 
 
 class _BackgroundMonitor:
