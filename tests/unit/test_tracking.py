@@ -356,6 +356,28 @@ def test_log_history_again_adds_only_new_steps(tracker):
     tracker.close_unfinished(parent, "KILLED")
 
 
+def test_the_history_sink_logs_each_epoch_once_and_reads_the_run_once(tracker, monkeypatch):
+    """Epochs arriving one by one while training (a resumed run already holding epoch 1)."""
+    parent = tracker.start_parent_run("flow-history-sink", {})
+    run = tracker.start_child_run(parent, "train", "train")
+    rows = [{"epoch": e, "train_loss": 1.0 / e, "val_accuracy": 0.1 * e} for e in (1, 2, 3)]
+    tracker.log_history(run, rows[:1])
+    reads = []
+    history = tracker.client.get_metric_history
+    monkeypatch.setattr(
+        tracker.client, "get_metric_history", lambda *a: reads.append(a) or history(*a)
+    )
+    sink = tracker.history_sink(run)
+    for row in rows:
+        sink([row])
+    sink(rows)  # the end of training hands every row again
+    for key in ("train_loss", "val_accuracy"):
+        steps = sorted(m.step for m in history(run, key))
+        assert steps == [1, 2, 3], (key, steps)
+    assert len(reads) == 2  # the two keys' histories, once
+    tracker.close_unfinished(parent, "KILLED")
+
+
 def test_log_history_many_points(tracker):
     parent = tracker.start_parent_run("flow-long-history", {})
     rows = [{"epoch": e, "a": e, "b": -e, "c": e / 2} for e in range(400)]  # 1200 > 1000 per batch

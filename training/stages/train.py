@@ -46,7 +46,7 @@ def train(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         manifest,
         run_id,
         StorageLayout.from_config(config),
-        on_epochs=lambda rows: tracker.log_history(train_run, rows, step_key="epoch"),
+        on_epochs=tracker.history_sink(train_run, step_key="epoch"),
         epochs_done=tracker.last_step(train_run, config.train.checkpoint.score_attribute),
         wrap_worker=system_metrics.sampling(
             SystemMetricsTarget.of(

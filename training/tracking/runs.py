@@ -235,7 +235,26 @@ class Tracker:
         run already holds are not logged again: a resumed run repeats a stage that had finished
         when it was stopped (Ctrl-C during evaluation), and its history would show each epoch
         twice."""
-        logged = self._logged_steps(run_id, rows, step_key)
+        self._log_new_rows(run_id, rows, step_key, self._logged_steps(run_id, rows, step_key))
+
+    def history_sink(self, run_id: str, step_key: str = "epoch"):
+        """``log_history`` for rows that arrive a few at a time (each epoch while training):
+        the steps the run holds are read once, then kept here rather than read again for
+        every new row."""
+        logged: set[int] | None = None
+
+        def log(rows: list[dict[str, Any]]) -> None:
+            nonlocal logged
+            if logged is None:
+                logged = self._logged_steps(run_id, rows, step_key)
+            logged |= self._log_new_rows(run_id, rows, step_key, logged)
+
+        return log
+
+    def _log_new_rows(
+        self, run_id: str, rows: list[dict[str, Any]], step_key: str, logged: set[int]
+    ) -> set[int]:
+        """The rows at steps not in ``logged``; returns the steps logged."""
         start = int(time.time() * 1000)
         entries = []
         for index, row in enumerate(rows):
@@ -246,6 +265,7 @@ class Tracker:
             values = {k: v for k, v in row.items() if k != step_key}
             entries.append((values, step, start + index))
         self._log_metric_rows(run_id, entries)
+        return {step for _, step, _ in entries}
 
     def last_step(self, run_id: str, key: str) -> int:
         """The highest step of ``key`` in the run (0 for a run without it)."""
