@@ -23,7 +23,7 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(home: Path, *args: str, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
+def run_cli(home: Path, *args: str, timeout: int = 900, **env: str) -> subprocess.CompletedProcess:
     """``trainflow ARGS`` from an empty directory (nothing may be written outside the home)."""
     workdir = home / "cwd"
     workdir.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,8 @@ EPOCHS = 50
 ARGS = ("--config", SMOKE, "--set", f"train.max_epochs={EPOCHS}")
 RUN_ID = "killme"
 OTHER_ID = "alongside"  # case 10: a second run at the same time as the last resume
+# A lighter run is enough to share the home, the data and the registry with the resume.
+OTHER_ARGS = ("--config", SMOKE, "--set", "sweep.num_samples=2", "--run-id", OTHER_ID)
 NUM_SAMPLES = 4  # configs/smoke.yaml
 
 
@@ -164,12 +166,6 @@ def _registered_epoch(home: Path) -> int | None:
     return _registered(home).get("metrics", {}).get("epoch")
 
 
-def _checkpoint_dirs(home: Path) -> set[str]:
-    """The final training's checkpoint directories on disk now (the kept ones)."""
-    train = home / "storage" / "runs" / RUN_ID / "train"
-    return {p.name for p in train.glob("checkpoint_*") if p.is_dir()} if train.is_dir() else set()
-
-
 def _mlflow(home: Path):
     from mlflow import MlflowClient
 
@@ -237,12 +233,12 @@ def sequence(home):
     facts["sigterm_log"] = flow.run_log()
 
     # 3. Resume; SIGINT (Ctrl-C) as soon as the training continued from that checkpoint: when
-    # its first new checkpoint directory appears. (The worker's "resuming at epoch" line reaches
-    # the driver's log seconds late under load, and Ray Train's snapshot file later still: the
-    # training could end first, and a SIGINT after training is another case.)
-    stopped_with = _checkpoint_dirs(home)
+    # Ray Train registered a later one. (A new checkpoint directory alone is not enough: under
+    # load the SIGINT can come before Ray Train registers it, and the resume starts over from
+    # the SIGTERM's checkpoint. The epochs leave room for the wait.)
+    stopped_at = facts["sigterm"]["epoch"] or 0
     flow = FlowProcess(home, *ARGS, "--resume", RUN_ID)
-    flow.wait_until(lambda: bool(_checkpoint_dirs(home) - stopped_with))
+    flow.wait_until(lambda: (_registered_epoch(home) or 0) > stopped_at)
     flow.proc.send_signal(signal.SIGINT)
     facts["sigint"] = _stop_facts(flow, home, flow.wait(timeout=120))
     facts["sigint"]["epoch"] = _registered_epoch(home)
@@ -253,9 +249,7 @@ def sequence(home):
     summary, other_summary = home / "summary.json", home / "summary-other.json"
     flows = {
         RUN_ID: FlowProcess(home, *ARGS, "--resume", RUN_ID, "--summary-json", str(summary)),
-        OTHER_ID: FlowProcess(
-            home, *ARGS, "--run-id", OTHER_ID, "--summary-json", str(other_summary)
-        ),
+        OTHER_ID: FlowProcess(home, *OTHER_ARGS, "--summary-json", str(other_summary)),
     }
     # Checksums of each run's files when it ends, and again once both ended.
     at_end: dict[str, dict[str, str]] = {}
