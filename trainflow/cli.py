@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from trainflow import champion_commands, notify_commands, stack_commands, startup
+from trainflow import champion_commands, inspect_command, notify_commands, stack_commands, startup
 from trainflow.compare import compare as compare_command
 from trainflow.output import ReportingGroup, console, errors
 from trainflow.progress_view import ProgressView
@@ -332,6 +332,7 @@ def make_data(
 
 
 app.command("compare")(compare_command)
+app.command("inspect")(inspect_command.inspect)
 app.command()(stack_commands.up)
 app.command()(stack_commands.down)
 app.command()(stack_commands.status)

@@ -22,12 +22,12 @@ from training.data.diagnose import naming_bad_files
 from training.data.inputs import input_format
 from training.data.packing import pack_blocks, written_rows
 from training.data.read import input_bytes, read_input, read_input_here
-from training.data.roles import REASONS, role_line
+from training.data.roles import role_line
 from training.data.rows import SPLIT, output_rows
 from training.data.schema import check_schema
 from training.data.summary import Stats, summarise
 from training.data.text_spec import text_spec
-from training.data.validate import feature_spec, validate
+from training.data.validate import feature_spec, left_out, validate
 from training.errors import DataValidationError, StorageError
 from training.manifest import SPLITS, FeatureSpec, Manifest
 from training.model.trainflow_pyfunc.prompts import described
@@ -184,8 +184,7 @@ def _report_roles(spec: FeatureSpec, plan) -> dict[str, str]:
     """The columns' roles on the preprocess line, and each column left out with its reason."""
     if not spec.column_roles:
         return {}
-    ignored = {c: REASONS.get(r, r) for c, r in spec.column_roles.items() if r in REASONS}
-    ignored.update(plan.ignored)
+    ignored = left_out(spec, plan)
     progress.report("preprocess", f"columns: {role_line(spec.column_roles)}")
     for column, how in spec.datetime_found.items():
         progress.report("preprocess", f"column {column!r} datetime ({how})")

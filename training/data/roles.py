@@ -25,6 +25,8 @@ REASONS = {
 #: A role ``column_roles`` records for a column whose type no role reads.
 UNSUPPORTED = "unsupported type"
 FEATURE_ROLES = ("numeric", "categorical", "datetime", "text")
+#: Columns the preprocess line names per role; more are counted.
+NAMED_PER_ROLE = 5
 
 
 def type_role(dtype: pa.DataType) -> str | None:
@@ -124,11 +126,19 @@ def first_value(file: str, column: str, fmt: str, endpoint_url: str | None) -> A
 
 
 def role_line(roles: dict[str, str]) -> str:
-    """``4 numeric, 2 categorical, 1 datetime, 1 text, 1 id-like ignored`` (the preprocess
-    line)."""
+    """``5 numeric (a, b, c, d, e), 2 categorical (island, sex), 1 id-like ignored (order_id)``
+    (the preprocess line): each role's count and its columns, the first ``NAMED_PER_ROLE`` of
+    them named."""
     parts = []
     for role in (*FEATURE_ROLES, "id-like", "ignore", UNSUPPORTED):
-        n = sum(1 for r in roles.values() if r == role)
-        if n:
-            parts.append(f"{n} {role}{'' if role in FEATURE_ROLES else ' ignored'}")
+        columns = [c for c, r in roles.items() if r == role]
+        if columns:
+            tag = "" if role in FEATURE_ROLES else " ignored"
+            parts.append(f"{len(columns)} {role}{tag} ({named(columns)})")
     return ", ".join(parts)
+
+
+def named(columns: list[str], most: int = NAMED_PER_ROLE) -> str:
+    """``a, b, c`` or, for more than ``most`` columns, ``a, b, c, d, e, +59 more``."""
+    more = f", +{len(columns) - most} more" if len(columns) > most else ""
+    return ", ".join(columns[:most]) + more

@@ -12,13 +12,14 @@ from training.config import DataConfig
 from training.data.columns import check_image_shape, ragged
 from training.data.diagnose import locate_missing_labels
 from training.data.fitted import table_state
+from training.data.roles import REASONS
 from training.data.schema import Plan
 from training.data.summary import Stats
 from training.data.task import MAX_CLASSES, REGRESSION, choose_task
 from training.errors import DataValidationError
 from training.manifest import SPLITS, FeatureSpec
 
-__all__ = ["MAX_CLASSES", "feature_spec", "missing_labels_error", "validate"]
+__all__ = ["MAX_CLASSES", "feature_spec", "left_out", "missing_labels_error", "validate"]
 
 
 def _sorted_classes(values: set) -> list[Any]:
@@ -195,3 +196,11 @@ def _table_spec(
         label_std=float(label[1]),
         **state.fields,
     )
+
+
+def left_out(spec: FeatureSpec, plan: Plan) -> dict[str, str]:
+    """A table's columns not used, each with the reason: found id-like or declared ignore (the
+    spec's roles), or of a type no role reads (the plan's)."""
+    ignored = {c: REASONS.get(r, r) for c, r in spec.column_roles.items() if r in REASONS}
+    ignored.update(plan.ignored)
+    return ignored
