@@ -48,7 +48,10 @@ def run(home):
 def test_the_table_trains_as_it_is_and_every_role_is_on_the_console(run):
     summary, proc = run
     assert sum(summary["data"]["rows"].values()) == 344
-    assert "columns: 5 numeric, 2 categorical;" in proc.stdout
+    assert (
+        "columns: 5 numeric (bill_length_mm, bill_depth_mm, flipper_length_mm, body_mass_g, "
+        "year), 2 categorical (island, sex);" in proc.stdout
+    )
     assert summary["test_metrics"]["test_accuracy"] > 0.8
 
 

@@ -45,7 +45,7 @@ def run(home):
 def test_the_articles_train_on_their_text(run):
     summary, proc = run
     assert sum(summary["data"]["rows"].values()) == 2225
-    assert "columns: 1 text;" in " ".join(proc.stdout.split())
+    assert "columns: 1 text (text);" in " ".join(proc.stdout.split())
     assert "not used" not in proc.stdout
     assert summary["test_metrics"]["test_accuracy"] > 0.6  # 5 topics: chance is about 0.23
 

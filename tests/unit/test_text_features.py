@@ -122,7 +122,7 @@ def test_the_hashing_is_the_same_in_a_bare_process_with_another_hash_seed(tmp_pa
 
 def test_the_preprocess_line_counts_text_as_used():
     roles = {"size": "numeric", "note": "text", "order_id": "id-like"}
-    assert role_line(roles) == "1 numeric, 1 text, 1 id-like ignored"
+    assert role_line(roles) == "1 numeric (size), 1 text (note), 1 id-like ignored (order_id)"
 
 
 #: Which buckets (signed) one sentence fills at 64 buckets, as trained models have it: a pandas
