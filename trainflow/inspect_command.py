@@ -31,7 +31,8 @@ def inspect(config_file: Path | None = ConfigOption, overrides: list[str] | None
 def overview_lines(view) -> list[str]:
     """The overview as console lines: a header, one aligned line per column, then the task,
     the classes and the splits."""
-    files = f"{view.files} {view.fmt} file{'s' if view.files != 1 else ''}"
+    kind = "image" if view.fmt == "images" else view.fmt
+    files = f"{view.files} {kind} file{'s' if view.files != 1 else ''}"
     rows = f", {view.rows:,} rows" if view.rows else ""
     lines = [f"data: {view.source} ({files}{rows})"]
     if view.note:

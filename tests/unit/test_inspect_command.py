@@ -150,6 +150,40 @@ def test_a_missing_label_column_is_one_line_and_exit_2(tmp_path):
     assert proc.stdout == ""
 
 
+def test_rows_without_a_label_are_counted_where_a_run_drops_them(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "x,label\n" + "".join(f"{i},{'ab'[i % 2] if i != 3 else ''}\n" for i in range(40))
+    )
+    view = overview(_config(path, missing_label="drop"))
+    label = _by_name(view)["label"]
+    assert label.missing == 1 and view.unlabeled_dropped == 1
+    assert "1 without a label dropped" in label.detail
+    assert view.rows == 40 and sum(view.splits.values()) == 39
+
+
+_NO_SERVICES = """
+import sys
+from trainflow.cli import app
+try:
+    app(["inspect", "--set", "data.source=SOURCE"], prog_name="trainflow")
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(sorted({m.split(".")[0] for m in sys.modules} & {"ray", "prefect", "mlflow", "torch"}))
+"""
+
+
+def test_inspect_starts_no_ray_prefect_or_mlflow(tmp_path, mixed):
+    env = {**os.environ, "TRAINFLOW_HOME": str(tmp_path / "home")}
+    code = _NO_SERVICES.replace("SOURCE", str(mixed))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "customer_id" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_inspect_writes_nothing_under_the_storage_root(tmp_path, monkeypatch, mixed):
     home = tmp_path / "home"
     monkeypatch.setenv("TRAINFLOW_HOME", str(home))

@@ -127,7 +127,7 @@ def _class_rows(stats: Stats, classes: list) -> list[tuple[str, int]]:
 
 def _label_detail(view: Overview) -> str:
     dropped = view.unlabeled_dropped
-    gone = f"; {dropped:,} rows without one dropped (data.missing_label: drop)" if dropped else ""
+    gone = f"; {dropped:,} without a label dropped (data.missing_label: drop)" if dropped else ""
     if view.task == REGRESSION:
         return f"a number to predict{gone}"
     return f"{len(view.classes)} classes{gone}"
