@@ -130,6 +130,10 @@ def _label_detail(view: Overview) -> str:
     gone = f"; {dropped:,} without a label dropped (data.missing_label: drop)" if dropped else ""
     if view.task == REGRESSION:
         return f"a number to predict{gone}"
+    if view.task == "causal_lm":
+        from training.data.text_spec import LABEL_NOT_USED
+
+        return LABEL_NOT_USED
     return f"{len(view.classes)} classes{gone}"
 
 
