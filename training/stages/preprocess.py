@@ -54,8 +54,9 @@ def preprocess(config: PipelineConfig, fingerprint: str, files: list[str]) -> Ma
 
 
 def _columns_text(manifest: Manifest) -> str:
-    """``; columns: 4 numeric, 1 categorical, 1 id-like ignored ('order_id': id-like ...)``:
-    every column's role on the preprocess line, each one not used named with its reason, each
+    """``; columns: 4 numeric (a, b, c, d), 1 id-like ignored (order_id) ('order_id' not
+    used: id-like ...)``: every column's role on the preprocess line with its columns (the
+    first few of each role), each one not used named with its reason, each
     string column found datetime with its format."""
     roles = manifest.spec.column_roles
     if not roles:
