@@ -5,7 +5,9 @@ that the driver adds up, then turns into the spec's plain-data state and the col
 Approximations, said plainly: a median is the median of a deterministic sample of at most
 ``SAMPLE_VALUES`` train values per column (those whose rows have the smallest row-hash keys, so
 the sample does not depend on file order or batching); a vocabulary comes from value counts
-capped at ``COUNT_CAP`` values per column (the least frequent are dropped batch by batch).
+capped at ``COUNT_CAP`` values per column (the least frequent are dropped batch by batch); a
+string column's share of values made of words is read from each batch's ``WORDS_SAMPLE`` most
+frequent values (``training.data.string_roles``).
 """
 
 from __future__ import annotations

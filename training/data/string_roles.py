@@ -36,6 +36,8 @@ SHORT_WORDS = 0.8
 SHORT_LENGTH = 8
 SHORT_DISTINCT = 0.5
 SHORT_COVERAGE = 0.5
+#: Distinct values per batch a column's share of values made of words is read from.
+WORDS_SAMPLE = 1000
 #: A word: two or more letters (any alphabet), apostrophes and hyphens inside allowed.
 _WORD = r"[^\W\d_]{2,}(?:['\-][^\W\d_]+)*"
 _ALNUM = r"[^\W_]"
@@ -68,7 +70,9 @@ def made_of_words(values: pd.Series) -> np.ndarray:
 
 
 def words_share(counts: pd.Series) -> float:
-    """The share of rows whose value is made of words, from a batch's value counts."""
+    """The share of rows whose value is made of words, from a batch's value counts (most
+    frequent first): of the rows holding its ``WORDS_SAMPLE`` most frequent values."""
+    counts = counts.head(WORDS_SAMPLE)
     if not len(counts) or not counts.sum():
         return 0.0
     wordy = made_of_words(pd.Series(counts.index.astype(str)))
