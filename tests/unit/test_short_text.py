@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from test_table_columns import _fit
 
+from training.data import preprocess
 from training.data.fitting import TableFit, table_partial
 from training.data.rows import hash_roles, transform_batch
 from training.data.string_roles import made_of_words
@@ -175,3 +177,12 @@ def test_the_maker_carries_signal_to_names_never_seen(tmp_path):
     codes = transform_batch(unseen, spec, with_labels=False)["features"]
     position = spec.cardinalities.index(max(spec.cardinalities))
     assert (codes[:, position] == UNKNOWN).all()
+
+
+def test_the_preprocess_console_says_the_column_is_text_and_why(tmp_path, monkeypatch):
+    said: list[str] = []
+    monkeypatch.setattr(preprocess.progress, "report", lambda _stage, line, **_: said.append(line))
+    spec, _ = _fit(_car_table(), tmp_path)
+    preprocess._report_roles(spec, SimpleNamespace(ignored={}))
+    assert said[0] == "columns: 1 numeric, 1 text"
+    assert said[1].startswith("column 'name' text (short text: ") and "made of words" in said[1]
