@@ -40,7 +40,9 @@ class FeatureSpec:
     # indicator_columns get a 0/1 "was missing" feature, categories maps each categorical
     # column to its vocabulary (most frequent first), datetime_years the year filling a
     # missing date. column_roles: every input column -> its role, or why it is not used.
-    # text_columns: free-text columns, each hashed into text_features n-gram buckets.
+    # text_columns: free-text columns, each hashed into text_features n-gram buckets;
+    # text_found: those found text by their values, with why (said on the console; serving
+    # reads text_columns alone, so a spec without it transforms the same).
     # datetime_formats: a text datetime column's format (strftime, or ISO8601), as training
     # parsed it (a value that does not fit is a gap); datetime_found: the string columns found
     # datetime by their values (their rows are hashed by their text, as the plan read them),
@@ -57,6 +59,7 @@ class FeatureSpec:
     column_roles: dict[str, str] = field(default_factory=dict)
     text_columns: list[str] = field(default_factory=list)
     text_features: int = 0
+    text_found: dict[str, str] = field(default_factory=dict)
     # Per feature position: a categorical's number of codes, 0 for a number (networks embed).
     cardinalities: list[int] = field(default_factory=list)
     # The train split as a later run's drift check reads it (training.data.drift): per numeric

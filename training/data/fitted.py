@@ -80,34 +80,42 @@ def _dates(fit: TableFit, data: DataConfig, plan: Plan) -> Dates:
     return dates
 
 
-def _final_roles(fit: TableFit, data: DataConfig, plan: Plan, dates: Dates) -> tuple[dict, dict]:
-    """(column -> role, column -> why it is not used): the plan's roles from the types, a string
-    column not declared turned datetime, id-like or text by its values."""
+def _final_roles(
+    fit: TableFit, data: DataConfig, plan: Plan, dates: Dates
+) -> tuple[dict, dict, dict]:
+    """(column -> role, column -> why it is not used, text column found by its values -> why):
+    the plan's roles from the types, a string column not declared turned datetime, id-like or
+    text by its values."""
     roles = dict(plan.hash_roles)
     ignored = dict(plan.ignored)
+    texts: dict[str, str] = {}
     for column, role in roles.items():
         if column in dates.found:
             roles[column] = "datetime"
             continue
-        found = None if data.columns.get(column) else fit.string_role(column)
-        if role == "categorical" and found:
-            roles[column] = found
-            if found in REASONS:
-                ignored[column] = REASONS[found]
+        if role != "categorical" or data.columns.get(column):
+            continue
+        found = fit.string_role(column, data.max_categories)
+        if found:
+            roles[column] = found.role
+            if found.role in REASONS:
+                ignored[column] = REASONS[found.role]
+            if found.role == "text":
+                texts[column] = found.why
     for column, reason in plan.ignored.items():
         roles[column] = "ignore" if reason == REASONS["ignore"] else UNSUPPORTED
     if not any(r in FEATURE_ROLES for r in roles.values()):
         raise DataValidationError(
             f"no feature column is left: {ignored}; declare a column's role in data.columns"
         )
-    return roles, ignored
+    return roles, ignored, texts
 
 
 def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
     """The fitted state of a table (train split only), plain data for the spec."""
     _check_not_empty(fit, plan)
     dates_found = _dates(fit, data, plan)
-    roles, ignored = _final_roles(fit, data, plan, dates_found)
+    roles, ignored, texts_found = _final_roles(fit, data, plan, dates_found)
     used = [c for c, r in roles.items() if r in FEATURE_ROLES]
     numeric = plan.features or []
     n, mean, m2 = (np.asarray(v, dtype=np.float64) for v in fit.numeric)
@@ -152,6 +160,7 @@ def table_state(fit: TableFit, data: DataConfig, plan: Plan) -> TableState:
         "datetime_cycles": list(CYCLES),
         "column_roles": roles,
         "text_columns": texts,
+        "text_found": texts_found,
         "text_features": data.text_features if texts else 0,
         "cardinalities": [0] * width + cards + [0] * after,
         "drift_reference": drift_reference(fit, numeric, list(categories)),

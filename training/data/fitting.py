@@ -5,7 +5,9 @@ that the driver adds up, then turns into the spec's plain-data state and the col
 Approximations, said plainly: a median is the median of a deterministic sample of at most
 ``SAMPLE_VALUES`` train values per column (those whose rows have the smallest row-hash keys, so
 the sample does not depend on file order or batching); a vocabulary comes from value counts
-capped at ``COUNT_CAP`` values per column (the least frequent are dropped batch by batch).
+capped at ``COUNT_CAP`` values per column (the least frequent are dropped batch by batch); a
+string column's share of values made of words is read from each batch's ``WORDS_SAMPLE`` most
+frequent values (``training.data.string_roles``).
 """
 
 from __future__ import annotations
@@ -17,17 +19,12 @@ import numpy as np
 import pandas as pd
 
 from training.data.dates import chosen_format, fitting_formats
+from training.data.string_roles import ID_MIN_ROWS, Found, string_role, words_share
 from training.model.trainflow_pyfunc.transform import numbers
 from training.model.trainflow_pyfunc.transform_steps import category_keys, parse_datetimes
 
 SAMPLE_VALUES = 10_000
 COUNT_CAP = 10_000
-#: A string column whose rows (at least ``ID_MIN_ROWS`` with a value) are nearly all distinct.
-ID_DISTINCT = 0.95
-ID_MIN_ROWS = 20
-#: Free text: long strings, most with a space.
-TEXT_LENGTH = 30
-TEXT_SPACES = 0.5
 
 
 def _moments(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -65,17 +62,19 @@ def _sample(values: np.ndarray, keys: np.ndarray) -> list[tuple[np.ndarray, np.n
     return out
 
 
-def _strings(keys: pd.Series) -> dict[str, Any]:
-    """How a string column looks in one batch: distinct values, lengths, spaces."""
+def _strings(keys: pd.Series, counts: pd.Series) -> dict[str, Any]:
+    """How a string column looks in one batch: distinct values, lengths, spaces, words
+    (``counts``: the batch's value counts)."""
     present = keys.dropna()
     if not len(present):
-        return {"rows": 0, "distinct": 0, "length": 0.0, "spaces": 0.0}
+        return {"rows": 0, "distinct": 0, "length": 0.0, "spaces": 0.0, "words": 0.0}
     text = present.astype(str)
     return {
         "rows": len(present),
-        "distinct": int(present.nunique()),
+        "distinct": len(counts),
         "length": float(text.str.len().mean()),
         "spaces": float(text.str.contains(" ", regex=False).mean()),
+        "words": words_share(counts),
     }
 
 
@@ -115,9 +114,10 @@ def table_partial(
     }
     for column in (c for c, r in roles.items() if r == "categorical"):
         found = category_keys(rows[column])
-        counts = found.value_counts(dropna=True).head(COUNT_CAP)
-        shape = _strings(found) if _is_text(batch[column]) else None
-        part["categorical"][column] = (dict(counts.items()), int(found.isna().sum()), shape)
+        counts = found.value_counts(dropna=True)
+        shape = _strings(found, counts) if _is_text(batch[column]) else None
+        kept = dict(counts.head(COUNT_CAP).items())
+        part["categorical"][column] = (kept, int(found.isna().sum()), shape)
     for column in (c for c, r in roles.items() if r == "datetime"):
         parsed = parse_datetimes(batch[column], column)[train]
         years = parsed.dt.year.to_numpy(dtype=np.float64, na_value=np.nan)[:, None]
@@ -175,6 +175,7 @@ class TableFit:
                         "distinct": 0,
                         "length": 0.0,
                         "spaces": 0.0,
+                        "words": 0.0,
                         "big": 0,
                         "big_distinct": 0,
                     },
@@ -182,6 +183,7 @@ class TableFit:
                 total["rows"] += shape["rows"]
                 total["length"] += shape["length"] * shape["rows"]
                 total["spaces"] += shape["spaces"] * shape["rows"]
+                total["words"] += shape["words"] * shape["rows"]
                 if shape["rows"] >= ID_MIN_ROWS:
                     total["big"] += shape["rows"]
                     total["big_distinct"] += shape["distinct"]
@@ -207,17 +209,11 @@ class TableFit:
         """(format, how it reads) of a text column whose every train value is a date, or None."""
         return chosen_format(list(self.dates.get(column) or {}))
 
-    def string_role(self, column: str) -> str | None:
-        """ "id-like" or "text" for a string column that is not a category, else None."""
-        shape = self.shapes.get(column)
-        if not shape:
-            return None
-        length = shape["length"] / shape["rows"]
-        if length >= TEXT_LENGTH and shape["spaces"] / shape["rows"] >= TEXT_SPACES:
-            return "text"
-        if shape["big"] and shape["big_distinct"] / shape["big"] >= ID_DISTINCT:
-            return "id-like"
-        return None
+    def string_role(self, column: str, max_categories: int = 100) -> Found | None:
+        """A string column's role by its values (``training.data.string_roles``): "text" (free
+        or short), "id-like", or None for a category."""
+        counts = self.counts.get(column, {})
+        return string_role(self.shapes.get(column), counts, max_categories)
 
     def median(self, i: int) -> float:
         _, values = self.samples[i]

@@ -31,7 +31,7 @@ from training.errors import DataValidationError, ServiceUnreachableError, Storag
 from training.storage import filesystem, is_remote, join, trainflow_home, upload_file
 
 # Bump when the output of preprocessing changes for the same input and config: old caches die.
-PREPROCESS_VERSION = "3"
+PREPROCESS_VERSION = "4"
 #: The bundled data sets: name -> the function that writes them under the home.
 BUILTIN = {
     BUILTIN_DIGITS: ensure_digits,

@@ -188,6 +188,8 @@ def _report_roles(spec: FeatureSpec, plan) -> dict[str, str]:
     progress.report("preprocess", f"columns: {role_line(spec.column_roles)}")
     for column, how in spec.datetime_found.items():
         progress.report("preprocess", f"column {column!r} datetime ({how})")
+    for column, why in spec.text_found.items():
+        progress.report("preprocess", f"column {column!r} text ({why})")
     for column, reason in ignored.items():
         progress.report("preprocess", f"column {column!r} not used: {reason}")
     return ignored

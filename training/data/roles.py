@@ -1,6 +1,7 @@
 """Column roles: what each column of a table is to the network, from its type and the user's
 ``data.columns`` (on the driver, from the first file's schema), then from its values (the summary
-pass: a string column of distinct short codes is id-like, long strings with spaces are free text).
+pass, ``training.data.string_roles``: long strings with spaces, or mostly distinct values made of
+words, are text; a string column of distinct codes is id-like).
 
 Roles: numeric, categorical (strings, bools, dictionaries; an int column when declared),
 datetime (timestamps and dates; a string column when declared), text (free text: inferred from

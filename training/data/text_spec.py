@@ -40,7 +40,8 @@ def text_column(plan: Plan, stats: Stats, config: PipelineConfig) -> str:
     declared = [c for c, r in config.data.columns.items() if r == "text"]
     fit = stats.table
     strings = [c for c, r in plan.roles.items() if r == "categorical"]
-    found = declared or [c for c in strings if fit and fit.string_role(c) == "text"]
+    free = [c for c in strings if fit and (found := fit.string_role(c)) and found.free]
+    found = declared or free
     if len(found) == 1:
         return found[0]
     if not found:

@@ -56,12 +56,13 @@ def preprocess(config: PipelineConfig, fingerprint: str, files: list[str]) -> Ma
 def _columns_text(manifest: Manifest) -> str:
     """``; columns: 4 numeric (a, b, c, d), 1 id-like ignored (order_id) ('order_id' not
     used: id-like ...)``: every column's role on the preprocess line with its columns (the
-    first few of each role), each one not used named with its reason, each
-    string column found datetime with its format."""
+    first few of each role), each one not used named with its reason, each string column
+    found datetime with its format, each found text with why."""
     roles = manifest.spec.column_roles
     if not roles:
         return ""
     notes = [f"{c!r} datetime ({how})" for c, how in manifest.spec.datetime_found.items()]
+    notes += [f"{c!r} text ({why})" for c, why in manifest.spec.text_found.items()]
     notes += [f"{c!r} not used: {r}" for c, r in manifest.ignored_columns.items()]
     detail = "; ".join(notes)
     used = role_line(roles)
