@@ -221,7 +221,7 @@ def test_the_run_line_names_the_penguins_columns_as_the_e2e_test_expects():
     names = ["island", "bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]
     roles = {n: "numeric" for n in names} | {"sex": "categorical", "year": "numeric"}
     roles["island"] = "categorical"
-    spec = SimpleNamespace(column_roles=roles, datetime_found={}, tokens=None)
+    spec = SimpleNamespace(column_roles=roles, datetime_found={}, text_found={}, tokens=None)
     manifest = SimpleNamespace(spec=spec, ignored_columns={})
     assert _columns_text(manifest) == (
         "; columns: 5 numeric (bill_length_mm, bill_depth_mm, flipper_length_mm, body_mass_g, "

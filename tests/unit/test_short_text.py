@@ -184,5 +184,5 @@ def test_the_preprocess_console_says_the_column_is_text_and_why(tmp_path, monkey
     monkeypatch.setattr(preprocess.progress, "report", lambda _stage, line, **_: said.append(line))
     spec, _ = _fit(_car_table(), tmp_path)
     preprocess._report_roles(spec, SimpleNamespace(ignored={}))
-    assert said[0] == "columns: 1 numeric, 1 text"
+    assert said[0] == "columns: 1 numeric (weight), 1 text (name)"
     assert said[1].startswith("column 'name' text (short text: ") and "made of words" in said[1]

@@ -62,7 +62,9 @@ def _columns_text(manifest: Manifest) -> str:
     if not roles:
         return ""
     notes = [f"{c!r} datetime ({how})" for c, how in manifest.spec.datetime_found.items()]
-    notes += [f"{c!r} text ({why})" for c, why in manifest.spec.text_found.items()]
+    # Long free text is text as anyone expects; short text (names, titles) is said with why.
+    found = manifest.spec.text_found.items()
+    notes += [f"{c!r} text ({why})" for c, why in found if why.startswith("short text")]
     notes += [f"{c!r} not used: {r}" for c, r in manifest.ignored_columns.items()]
     detail = "; ".join(notes)
     used = role_line(roles)
