@@ -15,13 +15,16 @@ import pytest
 
 
 @contextlib.contextmanager
-def mlflow_server(home: Path, log_path: Path, artifacts: Path | None = None):
+def mlflow_server(
+    home: Path, log_path: Path, artifacts: Path | None = None, port: int | None = None
+):
     """`mlflow server` with ``home``'s sqlite store (``home/mlflow.db``) and ``artifacts``
-    (default ``home/mlartifacts``), yielding its URL; stopped (its process group) on exit."""
+    (default ``home/mlartifacts``) on ``port`` (default a free one), yielding its URL; stopped
+    (its process group) on exit."""
     from deployments.stack import mlflow_command, mlflow_server_environment
     from training.platform.cluster import free_port
 
-    port = free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     destination = str(artifacts or home / "mlartifacts")
     with log_path.open("w") as log:
