@@ -17,6 +17,7 @@ from training.stages import preprocess as preprocess_stage
 from training.stages import promote as promote_stage
 from training.stages import sweep as sweep_stage
 from training.stages import train as train_stage
+from training.stages.blips import tracking_blips
 from training.stages.evaluated import Evaluated
 from training.stages.preprocess import DataInputs
 from training.stages.train import Trained
@@ -44,24 +45,28 @@ def _preprocess_cache_key(context, parameters: dict[str, Any]) -> str:
     **STAGE_TASK_OPTIONS,
 )
 def preprocess(config: PipelineConfig, fingerprint: str, files: list[str]) -> Manifest:
-    return preprocess_stage.preprocess(config, fingerprint, files)
+    with tracking_blips(config, "preprocess"):
+        return preprocess_stage.preprocess(config, fingerprint, files)
 
 
 @task(name="sweep", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
 def sweep(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: str) -> SweepOutcome:
-    return sweep_stage.sweep(config, manifest, run_id, parent_run)
+    with tracking_blips(config, "sweep"):
+        return sweep_stage.sweep(config, manifest, run_id, parent_run)
 
 
 @task(name="train", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
 def train(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: str) -> Trained:
-    return train_stage.train(config, manifest, run_id, parent_run)
+    with tracking_blips(config, "train"):
+        return train_stage.train(config, manifest, run_id, parent_run)
 
 
 @task(name="evaluate", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
 def evaluate(
     config: PipelineConfig, manifest: Manifest, checkpoint_path: str, parent_run: str
 ) -> Evaluated:
-    return evaluate_stage.evaluate(config, manifest, checkpoint_path, parent_run)
+    with tracking_blips(config, "evaluate"):
+        return evaluate_stage.evaluate(config, manifest, checkpoint_path, parent_run)
 
 
 @task(name="promote", cache_policy=NO_CACHE, **STAGE_TASK_OPTIONS)
@@ -75,6 +80,7 @@ def promote(
     run_id: str | None = None,
     drift: dict | None = None,
 ) -> ModelSummary:
-    return promote_stage.promote(
-        config, manifest, trained, evaluated, parent_run, sweep, run_id, drift
-    )
+    with tracking_blips(config, "promote"):
+        return promote_stage.promote(
+            config, manifest, trained, evaluated, parent_run, sweep, run_id, drift
+        )

@@ -35,6 +35,18 @@ class ServiceUnreachableError(TrainflowError):
     retriable = True
 
 
+class TrackingUnavailableError(TrainflowError):
+    """The MLflow server stopped answering during a stage and did not come back within the
+    grace: the run stops (exit 1) and can be resumed."""
+
+
+class TrackingBlipError(TrainflowError):
+    """The MLflow server stopped answering during a stage and came back: the stage runs again
+    (Prefect's task retry)."""
+
+    retriable = True
+
+
 class TrainingDivergedError(TrainflowError):
     """The loss became NaN/inf: the hyperparameters, not the machine, are at fault."""
 

@@ -1,6 +1,10 @@
-"""A tracking server's blip while training: the real `mlflow server` stops and starts again on
-the same port and store, and the final training's epoch rows (``training.loop.progress``'s
-checkpointed epochs, the train stage's sink) reach the run each exactly once.
+"""A tracking server's blip: the real `mlflow server` stops, and starts again on the same port
+and store while trainflow still works.
+
+- The final training's epoch rows (``training.loop.progress``'s checkpointed epochs, the train
+  stage's sink) reach the run each exactly once.
+- A stage whose MLflow call fails because the server is gone waits for it
+  (``training.stages.blips``) and asks Prefect to run it again once it answers.
 
 The whole pipeline was tried the same way by hand (the server down 40 s during training of
 a smoke run): it exits 0 with every epoch once and the champion registered."""
@@ -8,13 +12,17 @@ a smoke run): it exits 0 with every epoch once and the champion registered."""
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 from mlflow import MlflowClient
 from mlflow_servers import mlflow_server
 
+from training.config import MlflowConfig, PipelineConfig
+from training.errors import TrackingBlipError, is_retriable
 from training.loop.progress import _CheckpointedEpochs
 from training.platform.cluster import free_port
+from training.stages.blips import tracking_blips
 from training.tracking.runs import Tracker
 from training.tracking.store import HTTP_ENV_DEFAULTS
 
@@ -25,9 +33,27 @@ def _row(epoch: int) -> dict:
     return {"epoch": epoch, "val_accuracy": 0.5 + epoch / 100, "train_loss": 1.0 / epoch}
 
 
-def test_epochs_sent_during_an_outage_arrive_once_when_the_server_is_back(
-    tmp_path, monkeypatch, caplog
-):
+class ServerLater(threading.Thread):
+    """The server started again (as `trainflow up` would) a few seconds from now, and kept
+    running until ``stop``."""
+
+    def __init__(self, home, port: int) -> None:
+        super().__init__(daemon=True)
+        self.home, self.port = home, port
+        self.up, self._stop_it = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        self._stop_it.wait(3)
+        with mlflow_server(self.home, self.home / "server-2.log", port=self.port):
+            self.up.set()
+            self._stop_it.wait()
+
+    def stop(self) -> None:
+        self._stop_it.set()
+        self.join(timeout=60)
+
+
+def test_a_blip_loses_no_epoch_and_the_stage_that_met_it_runs_again(tmp_path, monkeypatch, caplog):
     for key, value in HTTP_ENV_DEFAULTS.items():  # as a run sets them: a dead server fails fast
         monkeypatch.setenv(key, value)
     port = free_port()
@@ -35,9 +61,8 @@ def test_epochs_sent_during_an_outage_arrive_once_when_the_server_is_back(
         client = MlflowClient(url)
         experiment = client.create_experiment("blip")
         run = client.create_run(experiment).info.run_id
-        epochs = _CheckpointedEpochs(
-            Tracker(client, url, experiment, config=None).history_sink(run)
-        )
+        tracker = Tracker(client, url, experiment, config=None)
+        epochs = _CheckpointedEpochs(tracker.history_sink(run))
         epochs.add(_row(1), checkpointed=True)
     # The server is gone: epoch 2 is checkpointed but cannot be sent, epoch 3 waits for a
     # checkpoint. Neither raises into the training.
@@ -45,10 +70,19 @@ def test_epochs_sent_during_an_outage_arrive_once_when_the_server_is_back(
         epochs.add(_row(2), checkpointed=True)
         epochs.add(_row(3), checkpointed=False)
     assert "epoch metrics not logged yet" in caplog.text
-    with mlflow_server(tmp_path, tmp_path / "server-2.log", port=port):
+    # A stage's own call meets the dead server: it waits until the server answers again.
+    config = PipelineConfig(mlflow=MlflowConfig(tracking_uri=url, outage_grace_s=300))
+    later = ServerLater(tmp_path, port)
+    later.start()
+    try:
+        with pytest.raises(TrackingBlipError) as raised, tracking_blips(config, "evaluate"):
+            client.log_metric(run, "test_accuracy", 0.9)
+        assert is_retriable(raised.value) and later.up.is_set()
         epochs.add(_row(4), checkpointed=True)
         for key in ("val_accuracy", "train_loss"):
             history = client.get_metric_history(run, key)
             assert sorted(m.step for m in history) == [1, 2, 3, 4], key
         values = {m.step: m.value for m in client.get_metric_history(run, "val_accuracy")}
         assert values == {e: _row(e)["val_accuracy"] for e in (1, 2, 3, 4)}
+    finally:
+        later.stop()

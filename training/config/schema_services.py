@@ -73,6 +73,12 @@ class MlflowConfig(Section):
         description="seconds between samples of each training node's CPU, memory, disk, network "
         "(and GPU) use, logged to the train run as system/node_<index>/...; 0: none",
     )
+    outage_grace_s: float = Field(
+        600.0,
+        ge=0,
+        description="how long a stage waits for an MLflow server that stopped answering "
+        "before the run stops (the stage then runs again); 0: no wait",
+    )
 
 
 class RayConfig(Section):

@@ -1,0 +1,32 @@
+"""Each stage task runs inside :func:`tracking_blips`: a stage that failed because the MLflow
+server stopped answering waits for it (``training.tracking.outage``), then asks Prefect's task
+retry to run it again."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from training.config import PipelineConfig
+from training.errors import TrackingBlipError
+from training.platform.secrets import redact
+from training.tracking.outage import is_server_gone, wait_until_answering
+
+
+@contextlib.contextmanager
+def tracking_blips(config: PipelineConfig, stage: str) -> Iterator[None]:
+    """Run a stage; if it failed because the MLflow server stopped answering, wait for the
+    server within the grace and raise a retriable error so the stage runs again."""
+    try:
+        yield
+    except Exception as exc:
+        from training.tracking.store import is_http, resolve_tracking_uri
+
+        uri = resolve_tracking_uri(config.mlflow)
+        if not is_http(uri) or not is_server_gone(exc):
+            raise
+        waited = wait_until_answering(uri, config.mlflow.outage_grace_s, stage)
+        raise TrackingBlipError(
+            f"MLflow at {redact(uri)} stopped answering during {stage} and answers again "
+            f"after {waited:.0f} s; {stage} runs again"
+        ) from exc
