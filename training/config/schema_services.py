@@ -73,6 +73,13 @@ class MlflowConfig(Section):
         description="seconds between samples of each training node's CPU, memory, disk, network "
         "(and GPU) use, logged to the train run as system/node_<index>/...; 0: none",
     )
+    log_checkpoints: bool = Field(
+        True,
+        description="log each checkpoint the final training keeps (train.checkpoint.num_to_keep) "
+        "as an MLflow logged model <registered model>-epoch-<N> with its epoch's metrics; the "
+        "registered version is the best one's. Each is a copy of the weights in the MLflow "
+        "artifact store: false for large models",
+    )
 
 
 class RayConfig(Section):
