@@ -26,7 +26,13 @@ KEPT = [("/ckpt/epoch_2", HISTORY[1]), ("/ckpt/epoch_3", HISTORY[2])]
 
 def test_checkpoints_go_by_epoch_and_one_without_an_epoch_is_left_out():
     kept = [("c", {"epoch": 3}), ("a", {"epoch": 1.0}), ("x", {"val_loss": 0.1})]
-    assert by_epoch(kept) == [(1, "a"), (3, "c")]
+    assert by_epoch(kept, best="c") == [(1, "a"), (3, "c")]
+
+
+def test_of_two_checkpoints_of_one_epoch_the_best_is_logged():
+    kept = [("mid", {"epoch": 2}), ("end", {"epoch": 2}), ("e1", {"epoch": 1})]
+    assert by_epoch(kept, best="end") == [(1, "e1"), (2, "end")]
+    assert by_epoch(kept, best="e1") == [(1, "e1"), (2, "mid")]
     assert model_name("digits-smoke", 3) == "digits-smoke-epoch-3"
 
 
@@ -56,7 +62,9 @@ def logged(tmp_path_factory):
         return {**states[path], "optimizer": {"state": {}}}
 
     manifest = SimpleNamespace(source=SOURCE, fingerprint=FINGERPRINT)
-    models = log_checkpoint_models(tracker, train, manifest, KEPT, load_state, raw_rows())
+    models = log_checkpoint_models(
+        tracker, train, manifest, KEPT, load_state, raw_rows(), best="/ckpt/epoch_2"
+    )
     again = log_checkpoint_models(tracker, train, manifest, KEPT, load_state, raw_rows())
     return SimpleNamespace(
         tracker=tracker, train=train, models=models, again=again, loaded=loaded, states=states

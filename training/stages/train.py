@@ -89,5 +89,6 @@ def _log_checkpoints(
         outcome.kept_checkpoints,
         lambda path: load_checkpoint_state(config, path, manifest.spec),
         example,
+        best=outcome.checkpoint_path,
     )
     return {model.checkpoint_path: model.model_id for model in models}

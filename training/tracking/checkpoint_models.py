@@ -50,13 +50,17 @@ def model_name(registered: str, epoch: int) -> str:
     return f"{registered}-epoch-{epoch}"
 
 
-def by_epoch(kept: list[tuple[str, dict[str, Any]]]) -> list[tuple[int, str]]:
+def by_epoch(kept: list[tuple[str, dict[str, Any]]], best: str | None) -> list[tuple[int, str]]:
     """(epoch, path) of each kept checkpoint, by epoch; one without an epoch is left out (a
-    user's function that numbers no epochs), and of two with the same epoch the later one."""
-    epochs = {}
+    user's function that numbers no epochs). Of two with the same epoch (checkpoints within an
+    epoch, ``train.checkpoint.every_n_batches``) the ``best`` one, else the first listed."""
+    epochs: dict[int, str] = {}
     for path, metrics in kept:
-        if metrics.get("epoch") is not None:
-            epochs[int(metrics["epoch"])] = path
+        if metrics.get("epoch") is None:
+            continue
+        epoch = int(metrics["epoch"])
+        if epoch not in epochs or path == best:
+            epochs[epoch] = path
     return sorted(epochs.items())
 
 
@@ -67,14 +71,16 @@ def log_checkpoint_models(
     kept: list[tuple[str, dict[str, Any]]],
     load_state: Callable[[str], dict[str, Any]],
     raw_rows: pd.DataFrame | None,
+    best: str | None = None,
 ) -> list[CheckpointModel]:
-    """Log each kept checkpoint (``kept``: Ray Train's (path, metrics)) as a logged model
-    under the train run ``run_id``; ``load_state`` reads a checkpoint's state. A model logged
-    before from the same run and checkpoint (a retried task) is kept, not logged again."""
+    """Log each kept checkpoint (``kept``: Ray Train's (path, metrics); ``best``: the best
+    one's path) as a logged model under the train run ``run_id``; ``load_state`` reads a
+    checkpoint's state. A model logged before from the same run and checkpoint (a retried
+    task) is kept, not logged again."""
     registered = registered_model_name(tracker.config)
     earlier = _logged_before(tracker, run_id)
     models = []
-    for epoch, path in by_epoch(kept):
+    for epoch, path in by_epoch(kept, best):
         model_id = earlier.get((model_name(registered, epoch), path))
         if model_id is None:
             state = {k: v for k, v in load_state(path).items() if k != "optimizer"}
