@@ -140,3 +140,15 @@ def test_the_registered_version_can_be_the_best_checkpoints_model(logged):
     assert registered.source == best.model_uri
     experiment = logged.tracker.client.get_run(logged.train).info.experiment_id
     assert len(logged.tracker.client.search_logged_models(experiment_ids=[experiment])) == 2
+
+
+def test_promote_registers_the_best_checkpoints_model_when_there_is_one():
+    from training.loop.trainer import TrainOutcome
+    from training.stages.promote import _checkpoint_model
+    from training.stages.train import Trained
+
+    outcome = TrainOutcome("/ckpt/epoch_2", {"epoch": 2}, HISTORY, "/run")
+    models = {"/ckpt/epoch_2": "m-2", "/ckpt/epoch_3": "m-3"}
+    assert _checkpoint_model(Trained(outcome, "run", models)) == "models:/m-2"
+    assert _checkpoint_model(Trained(outcome, "run")) is None  # mlflow.log_checkpoints: false
+    assert _checkpoint_model(Trained(None, "run")) is None

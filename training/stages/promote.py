@@ -91,6 +91,8 @@ def promote(
 
 def _checkpoint_model(trained: Trained) -> str | None:
     """The URI of the logged model the train stage made of the best checkpoint, if any."""
+    if trained.outcome is None:
+        return None
     model_id = trained.checkpoint_models.get(trained.outcome.checkpoint_path)
     return f"models:/{model_id}" if model_id else None
 
