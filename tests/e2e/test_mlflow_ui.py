@@ -412,13 +412,14 @@ def test_model_page_shows_versions_tags_and_aliases(page, server, pipeline):
 
 
 def test_the_logged_model_carries_its_evidence(client, server, runs, pipeline):
-    """In MLflow: the logged model is named after the registered model, holds
+    """In MLflow: the logged model is the best kept checkpoint's, named after the registered
+    model and its epoch, holds
     the test metrics of the evaluate run on the test split's dataset and the train run's on
     the train and val splits, evaluate takes it as input, and its MLmodel names no build path;
     the version's description links its runs."""
     model_id = pipeline["model"]["logged_model_uri"].removeprefix("models:/")
     model = client.get_logged_model(model_id)
-    assert model.name == MODEL
+    assert model.name == f"{MODEL}-epoch-{model.tags['trainflow.epoch']}"
     evaluate, train = runs["stages"]["evaluate"].info.run_id, runs["stages"]["train"].info.run_id
     by_key = {m.key: m for m in model.metrics}
     assert by_key["test_accuracy"].value == pytest.approx(pipeline["test_metrics"]["test_accuracy"])
@@ -449,13 +450,13 @@ def test_the_logged_model_page_shows_metrics_and_datasets(page, server, pipeline
     """The model page shows "Metrics" with the test metrics and
     "Datasets used" filled."""
     model_id = pipeline["model"]["logged_model_uri"].removeprefix("models:/")
+    model = client.get_logged_model(model_id)
     page.goto(f"{server}/#/experiments/{runs['experiment_id']}/models/{model_id}")
-    page.get_by_text(MODEL, exact=True).first.wait_for()
+    page.get_by_text(model.name, exact=True).first.wait_for()
     page.get_by_text(re.compile(r"^Metrics \(\d+\)$")).first.wait_for()
     page.get_by_text("test_accuracy", exact=True).first.wait_for()
     text = page.inner_text("body")
     count = int(re.search(r"Metrics \((\d+)\)", text).group(1))
-    model = client.get_logged_model(model_id)
     assert count == len(model.metrics) > 0
     assert "Datasets used" in text
     datasets = text.split("Datasets used", 1)[1].split("Model versions", 1)[0]

@@ -239,6 +239,45 @@ def test_mlflow_ui_story_of_the_run_tree(first_run, client):
     assert summary["mlflow"]["run_url"] in proc.stdout
 
 
+def test_every_kept_checkpoint_is_a_logged_model_that_evaluates(home, first_run, client):
+    """Each checkpoint the final training kept (num_to_keep 2) is a logged model of the train
+    run named by its epoch, an output at that step with the epoch's metrics linked by dataset;
+    the registered version is the best one's; `trainflow evaluate --model models:/<id>` scores
+    the other one."""
+    summary, _ = first_run
+    experiment_id = summary["mlflow"]["experiment_id"]
+    stages = {
+        r.data.tags.get("trainflow.stage"): r
+        for r in _children(client, experiment_id, summary["mlflow"]["parent_run_id"])
+    }
+    train = stages["train"].info.run_id
+    models = client.search_logged_models(
+        experiment_ids=[experiment_id], filter_string=f"source_run_id = '{train}'"
+    )
+    by_epoch = {int(m.tags["trainflow.epoch"]): m for m in models}
+    assert len(models) == len(by_epoch) == 2 and set(by_epoch) <= {1, 2, 3}
+    outputs = client.get_run(train).outputs.model_outputs
+    assert {(o.model_id, o.step) for o in outputs} == {(m.model_id, e) for e, m in by_epoch.items()}
+    history = {m.step: m.value for m in client.get_metric_history(train, "val_accuracy")}
+    for epoch, model in by_epoch.items():
+        assert model.name == f"digits-smoke-epoch-{epoch}"
+        linked = {m.key: m for m in model.metrics if m.run_id == train}
+        assert {"train_loss", "val_loss", "val_accuracy"} <= set(linked)
+        assert linked["val_accuracy"].value == pytest.approx(history[epoch])
+        assert linked["val_accuracy"].step == epoch
+        assert linked["val_accuracy"].dataset_name.endswith(" [val]")
+    # the registered version is the best checkpoint's model, not a third copy
+    registered = summary["model"]["logged_model_uri"].removeprefix("models:/")
+    best = next(e for e, m in by_epoch.items() if m.model_id == registered)
+    other = next(e for e in by_epoch if e != best)
+    assert history[best] >= history[other]
+    other = by_epoch[other]
+    proc = _run(home, "evaluate", "--config", SMOKE, "--model", f"models:/{other.model_id}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    accuracy = re.search(r"test_accuracy\W+([01]\.\d+)", proc.stdout)
+    assert accuracy and 0.5 < float(accuracy.group(1)) <= 1.0, proc.stdout[-2000:]
+
+
 def test_second_run_reuses_preprocessing_and_serves_the_champion(
     home, first_run, smoke_second_run, client, tmp_path
 ):

@@ -79,6 +79,13 @@ class MlflowConfig(Section):
         description="how long a stage waits for an MLflow server that stopped answering "
         "before the run stops (the stage then runs again); 0: no wait",
     )
+    log_checkpoints: bool = Field(
+        True,
+        description="log each checkpoint the final training keeps (train.checkpoint.num_to_keep) "
+        "as an MLflow logged model <registered model>-epoch-<N> with its epoch's metrics; the "
+        "registered version is the best one's. Each is a copy of the weights in the MLflow "
+        "artifact store: false for large models",
+    )
 
 
 class RayConfig(Section):

@@ -132,6 +132,8 @@ class TrainOutcome:
     #: after the run (an existing cluster's; a local instance's stops with the run).
     dashboard: str | None = None
     dashboard_outlives_run: bool = False
+    #: Every checkpoint Ray Train kept (``train.checkpoint.num_to_keep``): (path, its metrics).
+    kept_checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 def build_trainer(
@@ -340,15 +342,13 @@ def train_final(
         raise function_without_checkpoint(config, reported=bool(recorded.epochs))
     if best is None:
         raise TrainflowError("training finished without a checkpoint; check the worker logs")
-    best_metrics = next((m for c, m in result.best_checkpoints or [] if c.path == best.path), {})
-    if recorded is not None:  # the epoch as the train run numbers it
-        best_metrics = {k: v for k, v in best_metrics.items() if k != "epoch"}
-        epoch = recorded.epoch_of(best_metrics)
-        best_metrics.update({"epoch": epoch} if epoch is not None else {})
+    kept = [(c.path, _numbered(m, recorded)) for c, m in result.best_checkpoints or []]
+    best_metrics = next((m for path, m in kept if path == best.path), {})
     history, step_metrics, profile = unpack(result.return_value)
     return TrainOutcome(
         checkpoint_path=layout.uri_of(best.path),
         checkpoint_metrics=dict(best_metrics),
+        kept_checkpoints=[(layout.uri_of(path), metrics) for path, metrics in kept],
         history=recorded.epochs if recorded is not None else history,
         run_path=layout.uri_of(result.path),
         step_metrics=step_metrics,
@@ -356,6 +356,16 @@ def train_final(
         dashboard=dashboard,
         dashboard_outlives_run=not cluster.started_local_instance(),
     )
+
+
+def _numbered(metrics: dict[str, Any], recorded) -> dict[str, Any]:
+    """A checkpoint's metrics with its epoch as the train run numbers it (a user's function or
+    LightningModule reports its own count, or none)."""
+    if recorded is None:
+        return dict(metrics)
+    metrics = {k: v for k, v in metrics.items() if k != "epoch"}
+    epoch = recorded.epoch_of(metrics)
+    return {**metrics, **({"epoch": epoch} if epoch is not None else {})}
 
 
 def _workers_shown(workers: int | tuple[int, int]) -> str:

@@ -59,6 +59,8 @@ def promote(
                 **lineage.version_tags(config, manifest, trained.run_id, parent_run, run_id),
                 **{k: f"{v:.6g}" for k, v in metrics.items()},
             },
+            # The best checkpoint's logged model, when the train stage logged each kept one.
+            logged_model_uri=_checkpoint_model(trained),
         )
     epoch = trained.outcome.checkpoint_metrics.get("epoch") if trained.outcome else None
     model_evidence.link_evidence(
@@ -85,6 +87,14 @@ def promote(
         decision=gate["decision"],
     )
     return _outcome(version, gate)
+
+
+def _checkpoint_model(trained: Trained) -> str | None:
+    """The URI of the logged model the train stage made of the best checkpoint, if any."""
+    if trained.outcome is None:
+        return None
+    model_id = trained.checkpoint_models.get(trained.outcome.checkpoint_path)
+    return f"models:/{model_id}" if model_id else None
 
 
 def _outcome(version: flavour.RegisteredVersion, gate: dict) -> ModelSummary:

@@ -5,30 +5,35 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from training.config import PipelineConfig
+from training.data.splits import raw_rows
 from training.loop.records import log_loop_records
 from training.loop.trainer import TrainOutcome, train_final
 from training.manifest import Manifest
 from training.report.plots import learning_curves_png
 from training.stages.connect import connect_ray
+from training.stages.evaluated import load_checkpoint_state
 from training.storage import StorageLayout
-from training.tracking import lineage, store, system_metrics
+from training.tracking import checkpoint_models, flavour, lineage, store, system_metrics
+from training.tracking.runs import Tracker
 from training.tracking.system_metrics import SystemMetricsTarget
 
 
 @dataclass(frozen=True)
 class Trained:
-    """The training's outcome (history, best checkpoint) and its MLflow run id."""
+    """The training's outcome (history, best checkpoint), its MLflow run id and the logged
+    model of each kept checkpoint by its path (``mlflow.log_checkpoints``)."""
 
     outcome: TrainOutcome
     run_id: str
+    checkpoint_models: dict[str, str] = field(default_factory=dict)
 
 
 def train(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: str) -> Trained:
-    """Train; log params, the history (each epoch as it is checkpointed), the checkpoint's path
-    and the learning curves."""
+    """Train; log params, the history (each epoch as it is checkpointed), the checkpoint's path,
+    the learning curves and each kept checkpoint as a logged model."""
     connect_ray(config)
     tracker = store.configure(config)
     train_run = tracker.start_child_run(parent_run, "train", stage="train")
@@ -60,5 +65,30 @@ def train(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
     with tempfile.TemporaryDirectory() as tmp:
         curves = learning_curves_png(outcome.history, os.path.join(tmp, "curves.png"))
         tracker.log_artifact(train_run, curves, "plots")
+    models = _log_checkpoints(config, manifest, tracker, train_run, outcome)
     tracker.end_run(train_run)
-    return Trained(outcome, train_run)
+    return Trained(outcome, train_run, models)
+
+
+def _log_checkpoints(
+    config: PipelineConfig,
+    manifest: Manifest,
+    tracker: Tracker,
+    train_run: str,
+    outcome: TrainOutcome,
+) -> dict[str, str]:
+    """Each checkpoint Ray Train kept as a logged model under the train run (the test split's
+    first rows its input example, as the registered version's); {path: model id}."""
+    if not config.mlflow.log_checkpoints or not outcome.kept_checkpoints:
+        return {}
+    example = raw_rows(manifest, "test", flavour.EXAMPLE_ROWS, config.storage.endpoint_url)
+    models = checkpoint_models.log_checkpoint_models(
+        tracker,
+        train_run,
+        manifest,
+        outcome.kept_checkpoints,
+        lambda path: load_checkpoint_state(config, path, manifest.spec),
+        example,
+        best=outcome.checkpoint_path,
+    )
+    return {model.checkpoint_path: model.model_id for model in models}

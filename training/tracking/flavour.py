@@ -163,16 +163,17 @@ def log_model(
     description: str,
     tags: dict[str, Any] | None = None,
     reuse_existing: bool = True,
+    logged_model_uri: str | None = None,
 ) -> RegisteredVersion:
     """Log the state at ``state_path`` as a model under ``run_id`` and register a new version
-    of ``mlflow.registered_model``.
+    of ``mlflow.registered_model``; with ``logged_model_uri`` (the checkpoint's logged model,
+    ``checkpoint_models``) register that one instead of logging the state again.
 
     ``raw_rows`` (a few rows of the user's table) give the signature its column types and the
     model its input example. With ``reuse_existing`` a version already registered from
     ``run_id`` (a retried task) is returned instead of registering a duplicate.
     """
     import mlflow
-    import torch
 
     name = registered_model_name(tracker.config)
     existing = registry.version_of_run(tracker, name, run_id) if reuse_existing else None
@@ -182,29 +183,40 @@ def log_model(
         )
         version, logged_uri = str(existing.version), existing.source
     else:
-        spec = torch.load(state_path, map_location="cpu", weights_only=True)["spec"]
-        was_running = tracker.client.get_run(run_id).info.status == "RUNNING"
-        try:
-            # The fluent API reads the process-wide URIs.
-            with (
-                tempfile.TemporaryDirectory() as tmp,
-                global_uris(tracker.tracking_uri),
-                mlflow.start_run(run_id=run_id),
-            ):
-                # Named after the registered model: the MLflow UI lists logged models by name.
-                info = model_files.log_model(name, **model_kwargs(state_path, spec, raw_rows, tmp))
-        finally:
-            if was_running:  # leaving the `with` ended the run; ending it is the caller's job
-                tracker.client.update_run(run_id, status="RUNNING")
+        logged_uri = logged_model_uri or _log_new(tracker, run_id, name, state_path, raw_rows)
         with global_uris(tracker.tracking_uri):
             registered = mlflow.register_model(
-                info.model_uri, name, tags=tag_values(tags or {}) or None
+                logged_uri, name, tags=tag_values(tags or {}) or None
             )
-        version, logged_uri = str(registered.version), info.model_uri
+        version = str(registered.version)
         tracker.client.update_model_version(name, version, description=description)
     return RegisteredVersion(
         name, version, f"models:/{name}/{version}", logged_uri, run_id, STATE_FILE_IN_MODEL
     )
+
+
+def _log_new(
+    tracker: Tracker, run_id: str, name: str, state_path: str, raw_rows: pd.DataFrame | None
+) -> str:
+    """Log the state at ``state_path`` as a model called ``name`` under ``run_id``; its URI."""
+    import mlflow
+    import torch
+
+    spec = torch.load(state_path, map_location="cpu", weights_only=True)["spec"]
+    was_running = tracker.client.get_run(run_id).info.status == "RUNNING"
+    try:
+        # The fluent API reads the process-wide URIs.
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            global_uris(tracker.tracking_uri),
+            mlflow.start_run(run_id=run_id),
+        ):
+            # Named after the registered model: the MLflow UI lists logged models by name.
+            info = model_files.log_model(name, **model_kwargs(state_path, spec, raw_rows, tmp))
+    finally:
+        if was_running:  # leaving the `with` ended the run; ending it is the caller's job
+            tracker.client.update_run(run_id, status="RUNNING")
+    return info.model_uri
 
 
 def download_model(tracker: Tracker, model_uri: str, dst_path: str | None = None) -> Path:
