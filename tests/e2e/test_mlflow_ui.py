@@ -14,6 +14,7 @@ docs/ as docs/mlflow-ui-NN-*.png, the pictures docs/mlflow-ui.md shows:
 08-parent-run.png          the summary's link in a fresh profile: the parent run, training view
 09-runs-fresh-profile.png  the experiment's runs link in a fresh profile: the run tree
 10-logged-model.png        the logged model's page: its test metrics by dataset, datasets used
+11-models-tab.png          the experiment's Models tab: each kept checkpoint, named by its epoch
 
 The browser tests skip only where /usr/bin/chromium is missing and $CI is unset; in CI they run
 (.ci/run installs chromium).
@@ -468,3 +469,20 @@ def test_the_logged_model_page_shows_metrics_and_datasets(page, server, pipeline
     assert "gate on test_accuracy" in text  # its description, with links to its runs
     page.get_by_role("link", name="evaluate run").first.wait_for()
     _shot(page, "10-logged-model.png")
+
+
+def test_the_models_tab_lists_every_kept_checkpoint(page, server, pipeline, runs, client):
+    """The experiment's Models tab lists the train run's kept checkpoints by name and epoch,
+    the best one's row naming the registered version made from it."""
+    train = pipeline["mlflow"]["train_run_id"]
+    kept = client.search_logged_models(
+        experiment_ids=[runs["experiment_id"]], filter_string=f"source_run_id = '{train}'"
+    )
+    names = sorted(model.name for model in kept)
+    assert len(names) == 2 and names == sorted(set(names)), names  # num_to_keep: 2, by epoch
+    page.goto(f"{server}/#/experiments/{runs['experiment_id']}/models")
+    for name in names:
+        page.get_by_text(name, exact=True).first.wait_for()
+    text = page.inner_text("body")
+    assert f"{MODEL}\nv{pipeline['model']['version']}" in text, text
+    _shot(page, "11-models-tab.png")
