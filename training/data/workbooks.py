@@ -3,9 +3,9 @@
 A workbook is a zip of XML parts, not a stream of rows: the whole file is read into memory on
 the reading process, and the sheet's cells become columns there. The first row holds the column
 names. Cells keep their types: numbers are numbers (int64 where every value is whole, else
-float64), text is text, an empty cell is a gap, and a date cell is a timestamp, read as a
-parquet timestamp is (a column whose dates all fall at midnight is a date, as the CSV reader
-infers ``YYYY-MM-DD``). A column mixing kinds of values (numbers and text) is read as text.
+float64), text is text, an empty cell is a gap, and a date cell (Excel stores a date as a
+date and time) is a timestamp, read as a parquet timestamp is: by its type, never parsed as
+text. A column mixing kinds of values (numbers and text) is read as text.
 """
 
 from __future__ import annotations
@@ -84,14 +84,19 @@ def _name(value, index: int) -> str:
 def _column(values: list) -> pa.Array:
     """One column's cells as an array of their own type (see the module's docstring)."""
     present = [v for v in values if v is not None]
-    if present and all(isinstance(v, datetime.datetime) for v in present):
-        if all(v.time() == datetime.time() and v.tzinfo is None for v in present):
-            return pa.array([v if v is None else v.date() for v in values], pa.date32())
-        return pa.array(values)
+    if present and all(isinstance(v, datetime.date) for v in present):
+        return pa.array([_instant(v) for v in values], pa.timestamp("us"))
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # numbers and text: text, as CSV reads it
         return pa.array([v if v is None else _text(v) for v in values], pa.string())
+
+
+def _instant(value):
+    """A date cell as a datetime (a cell formatted as a date alone is its midnight)."""
+    if value is None or isinstance(value, datetime.datetime):
+        return value
+    return datetime.datetime.combine(value, datetime.time())
 
 
 def _text(value) -> str:
