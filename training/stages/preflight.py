@@ -201,7 +201,9 @@ def preview_spec(config: PipelineConfig, files: list[str], manifest: Manifest | 
     return ModelSpec.of(shape, _distinct_labels(files, fmt, plan.label, endpoint, plan.sheet))
 
 
-def _read_column(file: str, fmt: str, column: str, endpoint: str | None, sheet=None):
+def _read_column(
+    file: str, fmt: str, column: str, endpoint: str | None, sheet: str | int | None = None
+):
     from training.data.formats import read_table
 
     fs, path = filesystem(file, endpoint)
@@ -209,7 +211,7 @@ def _read_column(file: str, fmt: str, column: str, endpoint: str | None, sheet=N
 
 
 def _distinct_labels(
-    files: list[str], fmt: str, label: str, endpoint: str | None, sheet=None
+    files: list[str], fmt: str, label: str, endpoint: str | None, sheet: str | int | None = None
 ) -> int:
     import pyarrow.compute as pc
 
@@ -222,7 +224,7 @@ def _distinct_labels(
 
 
 def _first_array_width(
-    file: str, fmt: str, column: str | None, endpoint: str | None, sheet=None
+    file: str, fmt: str, column: str | None, endpoint: str | None, sheet: str | int | None = None
 ) -> int:
     import numpy as np
 
