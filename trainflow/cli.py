@@ -248,8 +248,8 @@ def predict(
         ...,
         "--input",
         "-i",
-        help="Parquet, CSV or JSON-lines file/directory with the training's columns, or a "
-        "folder of image files.",
+        help="Parquet, CSV, JSON or .xlsx (data.sheet) file/directory with the training's "
+        "columns, or a folder of image files.",
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Parquet file to write."),
     config_file: Path | None = ConfigOption,
@@ -278,7 +278,8 @@ def predict(
             files = resolve_inputs(source, labelled=False)
             fmt = input_format(source, files)
             cluster.connect(config.ray)
-            rows = predict_files(files_of_model, files, str(output), fmt, config.train.use_gpu)
+            use_gpu, sheet = config.train.use_gpu, config.data.sheet
+            rows = predict_files(files_of_model, files, str(output), fmt, use_gpu, sheet=sheet)
         finally:
             cluster.shutdown()
     console.print(f"wrote {rows} predictions to {output}")

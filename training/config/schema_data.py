@@ -32,13 +32,19 @@ class DataConfig(Section):
     source: str = Field(
         BUILTIN_DIGITS,
         description="builtin:digits|diabetes|penguins|bbc_news|bbc_headlines, or a parquet, "
-        "CSV, TSV or JSON (lines or an array; the text forms also .gz) file or directory, or a "
-        "folder of images in class sub-folders (local or s3://)",
+        "CSV, TSV, JSON (lines or an array; the text forms also .gz) or Excel .xlsx file or "
+        "directory, or a folder of images in class sub-folders (local or s3://)",
     )
-    format: Literal["auto", "parquet", "csv", "json", "images"] = Field(
+    format: Literal["auto", "parquet", "csv", "json", "xlsx", "images"] = Field(
         "auto",
-        description="file format (csv: also .tsv; json: JSON lines or an array; images: a "
-        "folder root/<class>/<image> of PNG/JPEG files); auto infers it from the suffixes",
+        description="file format (csv: also .tsv; json: JSON lines or an array; xlsx: an Excel "
+        "workbook; images: a folder root/<class>/<image> of PNG/JPEG files); auto infers it "
+        "from the suffixes",
+    )
+    sheet: str | int | None = Field(
+        None,
+        description="an Excel workbook's sheet to read: its name, or its 0-based index; "
+        "default: the first sheet (a workbook is read whole, in memory)",
     )
     label_column: str = Field("label", min_length=1, description="the column to predict")
     feature_columns: list[str] | None = Field(
@@ -122,6 +128,13 @@ class DataConfig(Section):
             raise ValueError(
                 "must be three positive ints [channels, height, width], e.g. [1, 8, 8]"
             )
+        return value
+
+    @field_validator("sheet")
+    @classmethod
+    def _sheet_index(cls, value: str | int | None) -> str | int | None:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("a sheet index counts from 0 (the first sheet); give 0 or more")
         return value
 
     @field_validator("date_formats")

@@ -89,7 +89,7 @@ def _pieces(
             yield _decoded(parquet.read_row_group(index, columns=columns), plan, endpoint_url)
         return
     types = {c: t for c, t in read_types(plan).items() if c in columns}
-    for batch in iter_batches(fs, path, plan.fmt, columns, types):
+    for batch in iter_batches(fs, path, plan.fmt, columns, types, plan.sheet):
         yield _decoded(batch, plan, endpoint_url)
 
 

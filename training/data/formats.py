@@ -1,6 +1,7 @@
 """Opening an input file of any format trainflow reads: parquet; CSV and TSV; JSON lines, and a
-JSON array of records; the text formats gzipped too (and which suffixes are image files: a
-folder of them is read by ``image_files``).
+JSON array of records; the text formats gzipped too; a sheet of an Excel workbook
+(``workbooks``); and which suffixes are image files (a folder of them is read by
+``image_files``).
 
 One place knows how each format is opened, so every pass (the footer check, the summary, the
 driver's small reads, a diagnosis, Ray Data's read) reads a file the same way: the same
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from training.data.workbooks import XLSX, read_sheet
 from training.errors import DataValidationError
 
 #: The suffix of a gzipped text file. pyarrow's input streams and Ray Data's readers both
@@ -35,7 +37,10 @@ SUFFIXES = {
     ".pq": "parquet",
     **_TEXT_SUFFIXES,
     **{suffix + GZIP: fmt for suffix, fmt in _TEXT_SUFFIXES.items()},
+    ".xlsx": XLSX,
 }
+#: Sheet chosen by ``data.sheet``: a name, a 0-based index, or None for the first.
+Sheet = str | int | None
 #: The format of a folder of image files in class sub-folders, and its files' suffixes.
 IMAGES = "images"
 IMAGE_SUFFIXES = {".png": IMAGES, ".jpg": IMAGES, ".jpeg": IMAGES}
@@ -127,12 +132,17 @@ def iter_batches(
     fmt: str,
     columns: list[str] | None = None,
     types: dict[str, pa.DataType] | None = None,
+    sheet: Sheet = None,
 ) -> Iterator[pa.RecordBatch]:
-    """A file's rows in order, batch by batch, read here with pyarrow."""
+    """A file's rows in order, batch by batch, read here with pyarrow (a workbook's sheet,
+    ``sheet``, read whole first)."""
     import pyarrow.csv as pacsv
     import pyarrow.json as pajson
     import pyarrow.parquet as pq
 
+    if fmt == XLSX:
+        yield from read_sheet(fs, path, sheet, columns, types).to_batches(BATCH_ROWS)
+        return
     if fmt == "parquet":
         with fs.open_input_file(path) as handle:
             yield from pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS, columns=columns)
@@ -155,12 +165,15 @@ def read_table(
     fmt: str,
     columns: list[str] | None = None,
     types: dict[str, pa.DataType] | None = None,
+    sheet: Sheet = None,
 ) -> pa.Table:
-    """A whole file as one table, read here with pyarrow."""
+    """A whole file (a workbook's sheet ``sheet``) as one table, read here with pyarrow."""
     import pyarrow.csv as pacsv
     import pyarrow.json as pajson
     import pyarrow.parquet as pq
 
+    if fmt == XLSX:
+        return read_sheet(fs, path, sheet, columns, types)
     if fmt == "parquet":
         return pq.read_table(path, filesystem=fs, columns=columns)
     if fmt == "json" and is_json_array(fs, path):
@@ -172,13 +185,16 @@ def read_table(
         return pacsv.read_csv(stream, parse_options=_csv_parse(path), convert_options=convert)
 
 
-def file_schema(fs, path: str, fmt: str) -> tuple[pa.Schema, int | None]:
-    """(schema, rows) from a parquet footer or a JSON array (read whole), or (schema, None)
-    from a CSV or JSON-lines first block."""
+def file_schema(fs, path: str, fmt: str, sheet: Sheet = None) -> tuple[pa.Schema, int | None]:
+    """(schema, rows) from a parquet footer, a JSON array or a workbook's sheet (read whole),
+    or (schema, None) from a CSV or JSON-lines first block."""
     import pyarrow.csv as pacsv
     import pyarrow.json as pajson
     import pyarrow.parquet as pq
 
+    if fmt == XLSX:
+        table = read_sheet(fs, path, sheet)
+        return table.schema, table.num_rows
     if fmt == "parquet":
         meta = pq.read_metadata(path, filesystem=fs)
         return meta.schema.to_arrow_schema(), meta.num_rows
@@ -191,10 +207,22 @@ def file_schema(fs, path: str, fmt: str) -> tuple[pa.Schema, int | None]:
         return pacsv.open_csv(stream, parse_options=_csv_parse(path)).schema, None
 
 
-def ray_read(paths: list[str], fs, fmt: str, columns: list[str] | None, types: dict | None):
-    """A CSV or JSON input as a lazy Ray Dataset of ``columns`` (parquet has its own): one
-    Ray Data read per kind of file (CSV, TSV, JSON lines), JSON arrays read here."""
+def ray_read(
+    paths: list[str],
+    fs,
+    fmt: str,
+    columns: list[str] | None,
+    types: dict | None,
+    sheet: Sheet = None,
+):
+    """A CSV, JSON or workbook input as a lazy Ray Dataset of ``columns`` (parquet has its
+    own): one Ray Data read per kind of file (CSV, TSV, JSON lines), JSON arrays and
+    workbooks' sheets read here (whole, in memory) and put in the object store."""
+    if fmt == XLSX:
+        import ray.data
 
+        local = fs or _local_fs()
+        return ray.data.from_arrow([read_sheet(local, p, sheet, columns, types) for p in paths])
     groups: dict[str, list[str]] = {}
     for path in paths:
         groups.setdefault(_ray_kind(fs, path, fmt), []).append(path)

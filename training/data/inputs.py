@@ -127,7 +127,7 @@ def _holds_images(fs, path: str) -> bool:
 
 
 def input_format(data: DataConfig, files: list[str]) -> str:
-    """``parquet``, ``csv`` (and TSV), ``json`` (lines or an array) or ``images``:
+    """``parquet``, ``csv`` (and TSV), ``json`` (lines or an array), ``xlsx`` or ``images``:
     ``data.format``, else every file's suffix (which must agree)."""
     if data.format != "auto":
         return data.format
@@ -139,6 +139,11 @@ def input_format(data: DataConfig, files: list[str]) -> str:
             raise DataValidationError(
                 f"{file!r} is one image; point data.source at the folder of class sub-folders "
                 "(root/<class>/<image>) that holds it"
+            )
+        if suffix == ".xls":
+            raise DataValidationError(
+                f"{file!r} is an old binary Excel workbook (.xls), which is not read; save it "
+                "as .xlsx (Excel workbook) or CSV"
             )
         if suffix not in known:
             raise unknown_suffix(file, suffix)
@@ -156,7 +161,7 @@ def unknown_suffix(file: str, suffix: str) -> DataValidationError:
     names = ", ".join(sorted(SUFFIXES))
     return DataValidationError(
         f"cannot tell the format of {file!r} from its suffix {suffix!r}; name the file with one "
-        f"of {names}, or set data.format to parquet, csv or json"
+        f"of {names}, or set data.format to parquet, csv, json or xlsx"
     )
 
 

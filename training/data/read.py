@@ -88,7 +88,7 @@ def read_input(files: list[str], plan: Plan, endpoint_url: str | None) -> ray.da
     if plan.fmt == IMAGES:
         paths, fs = _located(files, endpoint_url)
         return ray_read_images(paths, fs, plan)
-    dataset = _read(files, plan.fmt, endpoint_url, plan.columns, read_types(plan))
+    dataset = _read(files, plan.fmt, endpoint_url, plan.columns, read_types(plan), plan.sheet)
     if plan.image_root is None:
         return dataset
     return dataset.map_batches(
@@ -111,7 +111,7 @@ def read_input_here(files: list[str], plan: Plan, endpoint_url: str | None) -> r
     tables = []
     for file in files:
         fs, path = filesystem(file, endpoint_url)
-        table = read_table(fs, path, plan.fmt, plan.columns, read_types(plan))
+        table = read_table(fs, path, plan.fmt, plan.columns, read_types(plan), plan.sheet)
         if plan.image_root is not None:
             table = with_decoded_paths(table, plan, endpoint_url)
         tables.append(table)
@@ -127,18 +127,22 @@ def input_batches(files: list[str], plan: Plan, endpoint_url: str | None):
         return
     for file in files:
         fs, path = filesystem(file, endpoint_url)
-        for batch in iter_batches(fs, path, plan.fmt, plan.columns, read_types(plan)):
+        types = read_types(plan)
+        for batch in iter_batches(fs, path, plan.fmt, plan.columns, types, plan.sheet):
             if plan.image_root is not None:
                 batch = with_decoded_paths(batch, plan, endpoint_url)
             yield batch.to_pandas()
 
 
-def read_raw(files: list[str], fmt: str, endpoint_url: str | None = None) -> ray.data.Dataset:
-    """New raw rows (every column) as a Ray Dataset, read like the training input; image files
-    as {image: the file's bytes, path} (the model decodes them as training did)."""
+def read_raw(
+    files: list[str], fmt: str, endpoint_url: str | None = None, sheet: str | int | None = None
+) -> ray.data.Dataset:
+    """New raw rows (every column) as a Ray Dataset, read like the training input (a
+    workbook's sheet ``sheet``); image files as {image: the file's bytes, path} (the model
+    decodes them as training did)."""
     if fmt == IMAGES:
         return read_image_bytes(*_located(files, endpoint_url))
-    return _read(files, fmt, endpoint_url, None, None)
+    return _read(files, fmt, endpoint_url, None, None, sheet)
 
 
 def _read(
@@ -147,11 +151,12 @@ def _read(
     endpoint_url: str | None,
     columns: list[str] | None,
     types: dict | None,
+    sheet: str | int | None = None,
 ) -> ray.data.Dataset:
     paths, fs = _located(files, endpoint_url)
     if fmt == "parquet":
         return _read_parquet(paths, fs, columns)
-    return ray_read(paths, fs, fmt, columns, types)
+    return ray_read(paths, fs, fmt, columns, types, sheet)
 
 
 def _located(files: list[str], endpoint_url: str | None) -> tuple[list[str], object]:

@@ -71,7 +71,7 @@ def table_roles(
         if declared == "ignore":
             ignored[column] = REASONS["ignore"]
         elif declared is not None:
-            _check_declared(file, column, declared, dtype, fmt, endpoint_url)
+            _check_declared(file, column, declared, dtype, fmt, endpoint_url, data.sheet)
             roles[column] = declared
         elif found is None:
             ignored[column] = f"its type {dtype} is not a table column trainflow reads"
@@ -86,21 +86,27 @@ def table_roles(
 
 
 def _check_declared(
-    file: str, column: str, role: str, dtype: pa.DataType, fmt: str, endpoint_url: str | None
+    file: str,
+    column: str,
+    role: str,
+    dtype: pa.DataType,
+    fmt: str,
+    endpoint_url: str | None,
+    sheet: str | int | None = None,
 ) -> None:
     """A declared role the column's type can hold: numbers for numeric, text or dates for
     datetime, strings for text (a parquet file's text is read and checked per value later)."""
     found = type_role(dtype)
     strings = pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
     if role == "text" and not strings and not pa.types.is_null(dtype):
-        example = first_value(file, column, fmt, endpoint_url)
+        example = first_value(file, column, fmt, endpoint_url, sheet)
         raise DataValidationError(
             f"column {column!r} is declared text but holds {dtype} values in {file} (e.g. "
             f"{example!r}); a text column holds strings: declare it numeric or categorical "
             "in data.columns"
         )
     if role == "numeric" and found != "numeric" and not pa.types.is_boolean(dtype):
-        example = first_value(file, column, fmt, endpoint_url)
+        example = first_value(file, column, fmt, endpoint_url, sheet)
         raise DataValidationError(
             f"column {column!r} is declared numeric but holds text in {file} (type {dtype}, e.g. "
             f"{example!r}); fix the values, or declare it categorical in data.columns"
@@ -112,13 +118,15 @@ def _check_declared(
         )
 
 
-def first_value(file: str, column: str, fmt: str, endpoint_url: str | None) -> Any:
+def first_value(
+    file: str, column: str, fmt: str, endpoint_url: str | None, sheet: str | int | None = None
+) -> Any:
     """The first non-empty value of a column (for an error message), or None."""
     from training.data.formats import iter_batches
     from training.storage import filesystem
 
     fs, path = filesystem(file, endpoint_url)
-    batches = iter_batches(fs, path, fmt, [column])
+    batches = iter_batches(fs, path, fmt, [column], sheet=sheet)
     for batch in batches:
         values = [v for v in batch.column(batch.schema.get_field_index(column)).to_pylist() if v]
         if values:

@@ -47,6 +47,8 @@ class Plan:
     image_root: str | None = None
     #: The formats each column that may hold dates as text is tried under (the summary pass).
     date_formats: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: A workbook's sheet (``data.sheet``: a name, a 0-based index; None: the first).
+    sheet: str | int | None = None
 
     @property
     def hash_roles(self) -> dict[str, str]:
@@ -81,11 +83,13 @@ def read_types(plan: Plan) -> dict[str, pa.DataType]:
     return {c: types[r] for c, r in plan.hash_roles.items() if r in types}
 
 
-def _file_schema(file: str, fmt: str, endpoint_url: str | None) -> tuple[pa.Schema, int | None]:
+def _file_schema(
+    file: str, fmt: str, endpoint_url: str | None, sheet: str | int | None = None
+) -> tuple[pa.Schema, int | None]:
     """(schema, rows) from a parquet footer, or (schema, None) from a CSV's first block."""
     fs, path = filesystem(file, endpoint_url)
     try:
-        return file_schema(fs, path, fmt)
+        return file_schema(fs, path, fmt, sheet)
     except (pa.ArrowInvalid, OSError) as exc:
         if is_network(exc):
             raise ServiceUnreachableError(
@@ -118,7 +122,7 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
     first_file = ""  # the file whose schema gave the roles
     ignored: dict[str, str] = {}
     for file in files:
-        schema, rows = _file_schema(file, fmt, endpoint_url)
+        schema, rows = _file_schema(file, fmt, endpoint_url, data.sheet)
         total_rows = None if rows is None or total_rows is None else total_rows + rows
         require_columns(file, schema.names, label=data.label_column)
         _require_prompt_response(file, schema.names, data)
@@ -147,7 +151,14 @@ def check_schema(data: DataConfig, files: list[str], fmt: str, endpoint_url: str
         return _image_paths_plan(data, fmt)
     dates = date_candidates(roles, data)
     return Plan(
-        fmt, data.label_column, features, data.image_column, roles, ignored, date_formats=dates
+        fmt,
+        data.label_column,
+        features,
+        data.image_column,
+        roles,
+        ignored,
+        date_formats=dates,
+        sheet=data.sheet,
     )
 
 

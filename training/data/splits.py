@@ -80,6 +80,7 @@ def _input_plan(manifest: Manifest, endpoint_url: str | None):
         spec.image_column,
         roles,
         image_shape=list(spec.input_shape) if spec.image_column else None,
+        sheet=data.sheet,
     )
     return data, files, plan
 

@@ -18,16 +18,18 @@ def predict_files(
     use_gpu: bool = False,
     constants: dict[str, str] | None = None,
     endpoint_url: str | None = None,
+    sheet: str | int | None = None,
 ) -> int:
     """Score raw rows with a packed MLflow model (on a GPU with ``use_gpu``); write inputs +
     outputs (+ a column per ``constants`` entry, e.g. the model version), whole or nothing.
-    ``endpoint_url``: the S3 endpoint of ``s3://`` files (storage.endpoint_url)."""
+    ``endpoint_url``: the S3 endpoint of ``s3://`` files (storage.endpoint_url); ``sheet``: a
+    workbook's sheet (data.sheet)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from training.data.read import read_raw
 
-    scored = read_raw(files, fmt, endpoint_url).map_batches(
+    scored = read_raw(files, fmt, endpoint_url, sheet).map_batches(
         PyfuncPredictor,
         fn_constructor_kwargs={"files": files_of_model, "device": device_of(use_gpu)},
         batch_size=BATCH_ROWS,

@@ -191,35 +191,42 @@ def preview_spec(config: PipelineConfig, files: list[str], manifest: Manifest | 
     elif plan.features:
         shape = [len(plan.features)]
     else:
-        shape = [_first_array_width(files[0], fmt, plan.image, endpoint)]
+        shape = [_first_array_width(files[0], fmt, plan.image, endpoint, plan.sheet)]
     if data.task == "regression":
         return ModelSpec.of(shape, 1, "regression")
     # Under data.task=auto a float label may still become a regression once preprocessing
     # looks at it; the factory is then built again with one output.
     if fmt == IMAGES:  # an image folder's classes are its class folders
         return ModelSpec.of(shape, len({class_of(f) for f in files}))
-    return ModelSpec.of(shape, _distinct_labels(files, fmt, plan.label, endpoint))
+    return ModelSpec.of(shape, _distinct_labels(files, fmt, plan.label, endpoint, plan.sheet))
 
 
-def _read_column(file: str, fmt: str, column: str, endpoint: str | None):
+def _read_column(
+    file: str, fmt: str, column: str, endpoint: str | None, sheet: str | int | None = None
+):
     from training.data.formats import read_table
 
     fs, path = filesystem(file, endpoint)
-    return read_table(fs, path, fmt, [column]).column(column)
+    return read_table(fs, path, fmt, [column], sheet=sheet).column(column)
 
 
-def _distinct_labels(files: list[str], fmt: str, label: str, endpoint: str | None) -> int:
+def _distinct_labels(
+    files: list[str], fmt: str, label: str, endpoint: str | None, sheet: str | int | None = None
+) -> int:
     import pyarrow.compute as pc
 
     values: set = set()
     for file in files:
-        values.update(v for v in pc.unique(_read_column(file, fmt, label, endpoint)).to_pylist())
+        column = _read_column(file, fmt, label, endpoint, sheet)
+        values.update(v for v in pc.unique(column).to_pylist())
     values.discard(None)
     return len(values)
 
 
-def _first_array_width(file: str, fmt: str, column: str | None, endpoint: str | None) -> int:
+def _first_array_width(
+    file: str, fmt: str, column: str | None, endpoint: str | None, sheet: str | int | None = None
+) -> int:
     import numpy as np
 
-    cells = _read_column(file, fmt, column or "", endpoint).slice(0, 1).to_pylist()
+    cells = _read_column(file, fmt, column or "", endpoint, sheet).slice(0, 1).to_pylist()
     return int(np.asarray(cells[0]).size) if cells else 0

@@ -100,14 +100,14 @@ def _predict(model_files, files, output: str, fmt: str, config: PipelineConfig, 
     """Predictions to ``output``: written in place locally, uploaded whole to S3."""
     constants = {VERSION_COLUMN: version}
     use_gpu = config.train.use_gpu
-    endpoint = config.storage.endpoint_url
+    endpoint, sheet = config.storage.endpoint_url, config.data.sheet
     if not is_remote(output):
-        return predict_files(model_files, files, output, fmt, use_gpu, constants, endpoint)
+        return predict_files(model_files, files, output, fmt, use_gpu, constants, endpoint, sheet)
     import pyarrow.fs as pafs
 
     with tempfile.TemporaryDirectory() as tmp:
         local = os.path.join(tmp, "predictions.parquet")
-        rows = predict_files(model_files, files, local, fmt, use_gpu, constants, endpoint)
+        rows = predict_files(model_files, files, local, fmt, use_gpu, constants, endpoint, sheet)
         fs, path = filesystem(output, endpoint)
         pafs.copy_files(local, path, destination_filesystem=fs)
     return rows
