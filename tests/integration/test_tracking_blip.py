@@ -43,7 +43,7 @@ class ServerLater(threading.Thread):
         self.up, self._stop_it = threading.Event(), threading.Event()
 
     def run(self) -> None:
-        self._stop_it.wait(3)
+        self._stop_it.wait(8)  # after the stage's call has failed (2 retries, ~6 s)
         with mlflow_server(self.home, self.home / "server-2.log", port=self.port):
             self.up.set()
             self._stop_it.wait()

@@ -113,7 +113,19 @@ def test_a_stage_that_lost_the_server_runs_again_once_it_answers(monkeypatch, sa
         raise GONE
     assert is_retriable(raised.value) and raised.value.__cause__ is GONE
     assert "evaluate runs again" in str(raised.value)
-    assert server.checks == 4
+    assert server.checks == 4  # gone? (no), then the wait: two more fail, the fourth answers
+
+
+def test_a_connection_error_while_mlflow_answers_is_not_waited_for(monkeypatch, said):
+    """Another service's connection error (S3's endpoint) while the MLflow server answers: the
+    stage's own error goes on unchanged."""
+    s3 = OSError("Could not connect to the endpoint URL: Connection refused (S3)")
+    server = FakeServer(down_for=0)
+    monkeypatch.setattr("training.tracking.store.check_reachable", server.check)
+    config = _config("http://127.0.0.1:5471")
+    with pytest.raises(OSError) as raised, blips.tracking_blips(config, "train"):
+        raise s3
+    assert raised.value is s3 and server.checks == 1 and said == []
 
 
 @pytest.mark.parametrize(

@@ -23,10 +23,23 @@ def tracking_blips(config: PipelineConfig, stage: str) -> Iterator[None]:
         from training.tracking.store import is_http, resolve_tracking_uri
 
         uri = resolve_tracking_uri(config.mlflow)
-        if not is_http(uri) or not is_server_gone(exc):
+        # A connection error from another service (S3) while MLflow answers is not ours to
+        # wait out: it goes on as any failure (Prefect's retry rule decides).
+        if not is_http(uri) or not is_server_gone(exc) or _answers(uri):
             raise
         waited = wait_until_answering(uri, config.mlflow.outage_grace_s, stage)
         raise TrackingBlipError(
             f"MLflow at {redact(uri)} stopped answering during {stage} and answers again "
             f"after {waited:.0f} s; {stage} runs again"
         ) from exc
+
+
+def _answers(uri: str) -> bool:
+    from training.errors import ServiceUnreachableError
+    from training.tracking.store import check_reachable
+
+    try:
+        check_reachable(uri)
+    except ServiceUnreachableError:
+        return False
+    return True
