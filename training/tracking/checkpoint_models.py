@@ -79,12 +79,13 @@ def log_checkpoint_models(
     task) is kept, not logged again."""
     registered = registered_model_name(tracker.config)
     earlier = _logged_before(tracker, run_id)
+    params = {key: str(value) for key, value in tracker.client.get_run(run_id).data.params.items()}
     models = []
     for epoch, path in by_epoch(kept, best):
         model_id = earlier.get((model_name(registered, epoch), path))
         if model_id is None:
             state = {k: v for k, v in load_state(path).items() if k != "optimizer"}
-            model_id = _log_one(tracker, run_id, registered, epoch, path, state, raw_rows)
+            model_id = _log_one(tracker, run_id, registered, epoch, path, state, raw_rows, params)
         model_evidence.link_run_metrics(
             tracker,
             run_id,
@@ -101,9 +102,8 @@ def _logged_before(tracker: Tracker, run_id: str) -> dict[tuple[str, str], str]:
     """The ready logged models of ``run_id`` by (name, checkpoint path)."""
     from mlflow.entities import LoggedModelStatus
 
-    run = tracker.client.get_run(run_id)
     found = tracker.client.search_logged_models(
-        experiment_ids=[run.info.experiment_id],
+        experiment_ids=[tracker.experiment_id],
         filter_string=f"source_run_id = '{run_id}'",
     )
     return {
@@ -121,20 +121,20 @@ def _log_one(
     path: str,
     state: dict[str, Any],
     raw_rows: pd.DataFrame | None,
+    params: dict[str, str],
 ) -> str:
-    """One checkpoint's logged model: created with the run's params, its files logged as the
-    registered version's are, then the run's output at ``step=epoch``; returns its id."""
+    """One checkpoint's logged model: created with the run's ``params``, its files logged as
+    the registered version's are, then the run's output at ``step=epoch``; returns its id."""
     from mlflow.entities import LoggedModelOutput
 
     from training.loop.checkpoint import save_state
 
     client = tracker.client
-    run = client.get_run(run_id)
     model = client.create_logged_model(
-        experiment_id=run.info.experiment_id,
+        experiment_id=tracker.experiment_id,
         name=model_name(registered, epoch),
         source_run_id=run_id,
-        params={key: str(value) for key, value in run.data.params.items()},
+        params=params,
         tags={
             CHECKPOINT_TAG: path,
             EPOCH_TAG: str(epoch),
