@@ -91,3 +91,29 @@ def test_mlflow_evaluation_logs_no_second_copy_of_our_metrics_or_confusion_matri
     files = {a.path for a in MlflowClient(uri).list_artifacts(run)}
     assert "confusion_matrix.png" not in files
     assert "roc_curve_plot.png" in files
+
+
+def test_evaluating_predictions_imports_no_autologging_flavour(tmp_path):
+    """Static predictions need no autologging: MLflow's evaluation would turn it off flavour by
+    flavour, importing mlflow.pytorch (and with it Lightning) where torch is loaded."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys, numpy as np, torch
+from training.config import MlflowConfig, PipelineConfig
+from training.tracking import evaluation
+from training.tracking.store import configure
+tracker = configure(PipelineConfig(mlflow=MlflowConfig(
+    tracking_uri="sqlite:///{tmp_path / "mlflow.db"}", experiment="imports")))
+run = tracker.client.create_run(tracker.experiment_id).info.run_id
+labels = np.arange(40) % 2
+probs = np.full((40, 2), 0.3, dtype=np.float32)
+probs[np.arange(40), labels] = 0.7
+evaluation.evaluate_predictions(tracker, run, labels, labels, probs, [0, 1])
+print(sorted(m for m in ("mlflow.pytorch", "lightning", "pytorch_lightning") if m in sys.modules))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-2000:]

@@ -83,13 +83,16 @@ def _curves(labels: np.ndarray, probs: np.ndarray, classes: list[Any]):
 def one_copy_each():
     """MLflow's evaluator without what trainflow's evaluate run already has: the metrics in
     :data:`DUPLICATE_METRICS` and a root-level confusion_matrix.png beside
-    plots/confusion_matrix.png. MLflow has no switch for either; its two logging steps are
-    wrapped for the duration (tests/unit/test_evaluation_curves.py pins that they exist)."""
+    plots/confusion_matrix.png, and without the autologging set-up that static predictions do
+    not use. MLflow has no switch for any of them; its steps are wrapped for the duration
+    (tests/unit/test_evaluation_curves.py pins that they exist)."""
+    from mlflow.models.evaluation import base
     from mlflow.models.evaluation.default_evaluator import BuiltInEvaluator
     from mlflow.models.evaluation.evaluators.classifier import ClassifierEvaluator
 
     log_metrics = BuiltInEvaluator.log_metrics
     log_confusion_matrix = ClassifierEvaluator._log_confusion_matrix
+    configure_autologging = base.configure_autologging_for_evaluation
 
     def log_our_missing_metrics(self) -> None:
         # log_metrics rebuilds aggregate_metrics from metrics_values
@@ -99,11 +102,20 @@ def one_copy_each():
 
     BuiltInEvaluator.log_metrics = log_our_missing_metrics
     ClassifierEvaluator._log_confusion_matrix = lambda self: None
+    # Static predictions need no autologging; MLflow still turns it off flavour by flavour,
+    # importing each installed one (mlflow.pytorch imports Lightning and torch._dynamo when the
+    # [lightning] extra is there: ~4 s of CPU per evaluation).
+    base.configure_autologging_for_evaluation = _no_autologging_setup
     try:
         yield
     finally:
         BuiltInEvaluator.log_metrics = log_metrics
         ClassifierEvaluator._log_confusion_matrix = log_confusion_matrix
+        base.configure_autologging_for_evaluation = configure_autologging
+
+
+def _no_autologging_setup(enable_tracing: bool = True):
+    return contextlib.nullcontext()
 
 
 def evaluate_predictions(
