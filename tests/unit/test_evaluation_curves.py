@@ -93,27 +93,23 @@ def test_mlflow_evaluation_logs_no_second_copy_of_our_metrics_or_confusion_matri
     assert "roc_curve_plot.png" in files
 
 
-def test_evaluating_predictions_imports_no_autologging_flavour(tmp_path):
+def test_evaluating_predictions_skips_mlflows_autologging_set_up(tmp_path, monkeypatch):
     """Static predictions need no autologging: MLflow's evaluation would turn it off flavour by
     flavour, importing mlflow.pytorch (and with it Lightning) where torch is loaded."""
-    import subprocess
-    import sys
+    from mlflow.models.evaluation import base
 
-    script = f"""
-import sys, numpy as np, torch
-from training.config import MlflowConfig, PipelineConfig
-from training.tracking import evaluation
-from training.tracking.store import configure
-tracker = configure(PipelineConfig(mlflow=MlflowConfig(
-    tracking_uri="sqlite:///{tmp_path / "mlflow.db"}", experiment="imports")))
-run = tracker.client.create_run(tracker.experiment_id).info.run_id
-labels = np.arange(40) % 2
-probs = np.full((40, 2), 0.3, dtype=np.float32)
-probs[np.arange(40), labels] = 0.7
-evaluation.evaluate_predictions(tracker, run, labels, labels, probs, [0, 1])
-print(sorted(m for m in ("mlflow.pytorch", "lightning", "pytorch_lightning") if m in sys.modules))
-"""
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    from training.config import MlflowConfig, PipelineConfig
+    from training.tracking.store import configure
+
+    entered = []
+    monkeypatch.setattr(
+        base, "configure_autologging_for_evaluation", lambda **kw: entered.append(kw)
     )
-    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-2000:]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = configure(PipelineConfig(mlflow=MlflowConfig(tracking_uri=uri, experiment="auto")))
+    run = tracker.client.create_run(tracker.experiment_id).info.run_id
+    labels = np.arange(40) % 2
+    probs = np.full((40, 2), 0.3, dtype=np.float32)
+    probs[np.arange(40), labels] = 0.7
+    metrics = evaluation.evaluate_predictions(tracker, run, labels, labels, probs, [0, 1])
+    assert entered == [] and metrics["f1_score"] == 1.0
