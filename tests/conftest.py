@@ -21,8 +21,9 @@ def pytest_configure(config):
     os.environ["HF_HUB_OFFLINE"] = "1"
 
 
-# The modules that take most of the suite, longest first (worker-seconds on 2 cores from the
-# suite's --durations, 2026-11-25 evening: from ~410 for the first down to ~45 for the last).
+# The modules that take most of the suite, longest first (worker-seconds on 2 cores from a
+# fresh clone's --durations: from ~580 for the first down to ~40 for the last, a module counted
+# with its RUNS_WITH partner).
 # `make test` gives whole modules to two pytest workers in collection order
 # (--no-loadscope-reorder); a long module that starts last runs alone while the other worker
 # idles, which xdist's own reorder (most tests first) does to exactly these few-test modules.
@@ -30,28 +31,30 @@ def pytest_configure(config):
 # wants the fixture fresh (a cheap check on the two-node cluster before a test kills a node, the
 # stack's operations before test_local_stack takes the stack down).
 LONGEST_FIRST = (
+    "tests/e2e/test_flow_kill_resume.py",
+    "tests/integration/test_benchmarks_smoke.py",
     "tests/e2e/test_operations.py",
     "tests/e2e/test_local_stack.py",
     "tests/e2e/test_pipeline.py",
     "tests/e2e/test_mlflow_ui.py",
     "tests/multinode/test_custom_model_shipped.py",
     "tests/multinode/test_cluster.py",
-    "tests/integration/test_faults.py",
-    "tests/e2e/test_flow_kill_resume.py",
-    "tests/e2e/test_function_engine_pipeline.py",
     "tests/e2e/test_lightning_pipeline.py",
-    "tests/e2e/test_text_pipeline.py",
+    "tests/integration/test_deepspeed.py",
+    "tests/integration/test_faults.py",
+    "tests/e2e/test_function_engine_pipeline.py",
+    "tests/e2e/test_custom_model_pipeline.py",
+    "tests/e2e/test_table_pipeline.py",
     "tests/e2e/test_hf_text.py",
     "tests/e2e/test_hf_trainer.py",
     "tests/e2e/test_lm.py",
     "tests/e2e/test_image_folder_pipeline.py",
-    "tests/integration/test_deepspeed.py",
-    "tests/e2e/test_custom_model_pipeline.py",
-    "tests/integration/test_training.py",
-    "tests/integration/test_benchmarks_smoke.py",
+    "tests/e2e/test_text_pipeline.py",
     "tests/e2e/test_regression_pipeline.py",
+    "tests/integration/test_training.py",
     "tests/integration/test_fsdp.py",
     "tests/integration/test_lm_parallel.py",
+    "tests/integration/test_tracking_blip.py",
     "tests/e2e/test_exposed_stack.py",
 )
 
