@@ -49,9 +49,31 @@ def test_features_keep_gaps_cap_categories_and_split_dates():
     assert len(features["region"].cat.categories) == MAX_CATEGORIES
     assert features["region"].isna().sum() == 300 - MAX_CATEGORIES
     assert features["signup.month"].iloc[0] == 3 and features["signup.weekday"].iloc[0] == 0
+    assert features["signup.dayofyear"].iloc[0] == 60
     assert features["signup"].iloc[0] == pd.Timestamp("2021-03-01 12:00").timestamp()
     # the test rows get the train split's categories: an unseen value is missing
     test = pd.DataFrame({"amount": [2.0], "region": ["NEW"], "signup": [pd.NaT]})
     scored, _ = tree_features(test, roles, categories)
     assert list(scored["region"].cat.categories) == categories["region"]
     assert scored["region"].isna().all() and np.isnan(scored["signup"].iloc[0])
+
+
+def test_the_exported_tables_have_the_public_ones_shapes(tmp_path):
+    """The weather CSV: 1,461 days written YYYY/MM/DD, 5 kinds of weather, the dry days' fog or
+    sun told by the season; the cars: one JSON array of 406 records with 8 and 6 gaps."""
+    import json
+
+    from benchmarks.b9_tables import write_cars, write_weather
+
+    weather = pd.read_csv(write_weather(tmp_path), dtype={"date": str})
+    assert len(weather) == 1_461 and weather["date"].iloc[0] == "2012/01/01"
+    assert set(weather["weather"]) == {"sun", "rain", "drizzle", "fog", "snow"}
+    dry = weather[weather["precipitation"] == 0]
+    month = pd.to_datetime(dry["date"], format="%Y/%m/%d").dt.month
+    foggy = (dry["weather"] == "fog").groupby(month.isin([10, 11])).mean()
+    assert foggy[True] > 3 * foggy[False]  # only the date tells a foggy autumn day from sun
+    records = json.loads(write_cars(tmp_path).read_text())
+    assert isinstance(records, list) and len(records) == 406
+    assert sum(r["Miles_per_Gallon"] is None for r in records) == 8
+    assert sum(r["Horsepower"] is None for r in records) == 6
+    assert len({r["Name"] for r in records}) > 300  # near-unique names
