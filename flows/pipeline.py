@@ -22,7 +22,7 @@ from training.report.markdown import report_markdown, summary_markdown
 from training.stages import preprocess as preprocess_stage
 from training.storage import StorageLayout, exists, join
 from training.summary import DataSummary, MlflowSummary, RunSummary
-from training.tracking import store, ui
+from training.tracking import outage_record, store, ui
 from training.tracking.runs import STAGE_TAG
 
 STAGES = ("preprocess", "sweep", "train", "evaluate", "promote")
@@ -65,6 +65,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     run_id = run_id or default_run_id()
     logger = get_run_logger()
     clock = StageClock()
+    outages = _pending_outages(config, run_id)
     # Reach MLflow (a health check for servers) before Ray or any file is touched.
     tracker = store.configure(config)
     parent = tracker.start_parent_run(
@@ -72,6 +73,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
         tags={"prefect.flow_run_id": str(runtime.flow_run.id or ""), **run_artifacts.source_tags()},
     )
     logger.info("run %s: MLflow parent run %s (%s)", run_id, parent, redact(tracker.tracking_uri))
+    _write_outages(config, tracker, parent, outages)
     # A re-run of a killed run (SIGKILL: no handler ran) finds its runs still RUNNING: they
     # belong to a dead process. Stage runs are resumed by name; the trials Tune restarts get
     # new runs.
@@ -89,10 +91,12 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
         # KILLED, anything else FAILED.
         interrupted = isinstance(exc, KeyboardInterrupt | SystemExit | ExternalSignal)
         interrupted = interrupted or signals.received() is not None
+        _write_outages(config, tracker, parent, outages)
         tracker.close_unfinished(parent, "KILLED" if interrupted else "FAILED")
         raise
     finally:
         cluster.shutdown()
+    _write_outages(config, tracker, parent, outages)
     tracker.end_run(parent, "FINISHED")
     create_markdown_artifact(
         summary_markdown(summary), key="trainflow-summary", description=f"trainflow run {run_id}"
@@ -100,6 +104,31 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     if summary.model.gate_record:  # the gate's decision record (docs/gate.md)
         create_table_artifact([summary.model.gate_record], key="gate-decision")
     return summary
+
+
+def _pending_outages(config, run_id: str) -> str:
+    """Where the run keeps the outages MLflow cannot take yet; the record starts with those a
+    stopped run of the same id kept there (its resume writes them)."""
+    pending = join(StorageLayout.from_config(config).runs_dir(run_id), "outages-pending.json")
+    outage_record.reset()  # this run's only: a process may run the flow again
+    try:
+        outage_record.load_pending(pending, config.storage.endpoint_url)
+    except Exception as exc:  # the earlier run's log has each outage's line
+        get_run_logger().warning("the stopped run's tracking outages not read: %s", exc)
+    return pending
+
+
+def _write_outages(config, tracker, parent: str, pending: str) -> None:
+    """The outages the run met, on its parent run; those the server cannot take yet (it is
+    gone again, or for good: the run stops) are kept at ``pending`` for the resume."""
+    try:
+        outage_record.write(tracker.client, parent)
+    except Exception as exc:
+        get_run_logger().warning("the run's tracking outages not in MLflow yet: %s", exc)
+    try:
+        outage_record.keep_pending(pending, config.storage.endpoint_url)
+    except Exception as exc:  # the log has each outage's line
+        get_run_logger().warning("the run's tracking outages not kept for a resume: %s", exc)
 
 
 def _preprocess(config, tracker, parent, layout: StorageLayout):
