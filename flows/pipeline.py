@@ -6,6 +6,7 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import asdict
 
 from prefect import flow, get_run_logger, runtime
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -92,7 +93,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
         interrupted = isinstance(exc, KeyboardInterrupt | SystemExit | ExternalSignal)
         interrupted = interrupted or signals.received() is not None
         _write_outages(config, tracker, parent, outages)
-        tracker.close_unfinished(parent, "KILLED" if interrupted else "FAILED")
+        _close_unfinished(tracker, parent, "KILLED" if interrupted else "FAILED")
         raise
     finally:
         cluster.shutdown()
@@ -104,6 +105,16 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     if summary.model.gate_record:  # the gate's decision record (docs/gate.md)
         create_table_artifact([summary.model.gate_record], key="gate-decision")
     return summary
+
+
+def _close_unfinished(tracker, parent: str, status: str) -> None:
+    """End the run's MLflow runs as a failed run leaves them. A server that does not answer
+    (the run stops past ``mlflow.outage_grace_s``) cannot take it: the stop's own error goes
+    on, and the resume marks the runs left RUNNING."""
+    try:
+        tracker.close_unfinished(parent, status)
+    except Exception as exc:
+        get_run_logger().warning("MLflow runs not marked %s: %s", status, exc)
 
 
 def _pending_outages(config, run_id: str) -> str:
@@ -209,6 +220,7 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
             trained.outcome.dashboard if trained.outcome.dashboard_outlives_run else None
         ),
         last_epoch=dict(trained.outcome.history[-1]) if trained.outcome.history else None,
+        outages=[asdict(outage) for outage in outage_record.recorded()],
     )
     summary.report = _publish_report(
         config, tracker, parent, summary, trained.outcome.history, evaluated.result

@@ -4,6 +4,7 @@ table and tag (a fake client; the e2e test reads a real server's)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 
 import pytest
 
@@ -129,3 +130,42 @@ def test_a_stopped_run_keeps_what_mlflow_did_not_take_and_its_resume_writes_it(t
     outage_record.reset()
     assert outage_record.load_pending(pending) == 0
     assert client.tags[outage_record.COUNT_TAG] == "1"
+
+
+def test_the_run_summary_says_how_often_mlflow_was_away_in_one_line():
+    from test_report import synthetic_summary
+
+    from trainflow.render import summary_lines
+    from training.summary import RunSummary
+
+    summary = synthetic_summary()
+    assert not [line for line in summary_lines(summary) if line.startswith("outages")]
+    summary.outages = [
+        asdict(outage_record.ended(URL, 1_700_000_000.0, "the train stage", 1_700_000_010.0)),
+        asdict(outage_record.ended(URL, 1_700_000_100.0, "the evaluate stage", 1_700_000_130.5)),
+    ]
+    (line,) = [line for line in summary_lines(summary) if line.startswith("outages")]
+    assert line.endswith("MLflow did not answer 2 time(s), 40 s in all")
+    assert RunSummary.from_dict(summary.to_dict()).outages == summary.outages
+
+
+def test_a_stage_that_waits_during_the_epoch_rows_outage_dates_it_from_the_first_failed_send(
+    monkeypatch,
+):
+    now = [1_700_000_000.0]
+    monkeypatch.setattr(outage_record.time, "time", lambda: now[0])
+    answering = [False]
+
+    def sink(rows):
+        if not answering.pop(0):
+            raise GONE
+
+    send = outage_record.watched(sink, URL, "the training's epoch rows")
+    with pytest.raises(ConnectionError):
+        send([{"epoch": 2}])
+    now[0] += 100  # the training ends; its stage meets the server gone
+    with pytest.raises(RuntimeError), outage_record.watch(URL, "the train stage"):
+        now[0] += 15
+        raise RuntimeError("past the grace")
+    (stage,) = outage_record.recorded()
+    assert stage.started == "2023-11-14T22:13:20+00:00" and stage.seconds == 115.0

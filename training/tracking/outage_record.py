@@ -34,6 +34,9 @@ logger = logging.getLogger("trainflow.outages")
 _lock = threading.Lock()
 _outages: list[Outage] = []
 _written = 0  # how many of _outages are on the parent run already
+# Server URI -> when a send of the epoch rows first failed, while it still does: the outage
+# began then, not when a stage starts waiting for the server.
+_gone_since: dict[str, float] = {}
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,8 @@ def recorded() -> list[Outage]:
 def watch(uri: str, waited: str) -> Iterator[None]:
     """Around a wait for the server: recorded when the wait ends, or when it gave up (past the
     grace: the run stops)."""
-    since = time.time()
+    with _lock:
+        since = min(time.time(), _gone_since.get(uri, float("inf")))
     try:
         yield
     except BaseException:
@@ -95,20 +99,22 @@ def watched(sink: Callable[[list[dict[str, Any]]], None], uri: str, waited: str)
     the server did not answer to the next that reached it."""
     from training.tracking.outage import is_server_gone
 
-    since: list[float] = []  # when the current outage began; empty while the server answers
-    held: list[Any] = []  # the epochs that waited
+    held: list[Any] = []  # the first epoch that waited; empty while the server answers
 
     def send(rows: list[dict[str, Any]]) -> None:
         try:
             sink(rows)
         except Exception as exc:
-            if is_server_gone(exc) and not since:
-                since.append(time.time())
+            if is_server_gone(exc) and not held:
                 held.append(rows[0].get("epoch") if rows else None)
+                with _lock:
+                    _gone_since.setdefault(uri, time.time())
             raise
-        if since:
+        if held:
+            with _lock:
+                since = _gone_since.pop(uri, time.time())
             last = rows[-1].get("epoch") if rows else None
-            ended(uri, since.pop(), f"{waited} (epochs {held.pop()}-{last})")
+            ended(uri, since, f"{waited} (epochs {held.pop()}-{last})")
 
     return send
 
@@ -159,4 +165,5 @@ def reset() -> None:
     global _written
     with _lock:
         _outages.clear()
+        _gone_since.clear()
         _written = 0
