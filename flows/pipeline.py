@@ -16,6 +16,7 @@ from flows import champion_events, quiet_errors, run_artifacts
 from tasks import stages
 from training import progress
 from training.config import PipelineConfig
+from training.errors import TrackingUnavailableError
 from training.platform import cluster, signals
 from training.platform.secrets import redact
 from training.report.html import report_html, report_plots
@@ -94,6 +95,8 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
         interrupted = interrupted or signals.received() is not None
         _write_outages(config, tracker, parent, outages)
         _close_unfinished(tracker, parent, "KILLED" if interrupted else "FAILED")
+        if isinstance(exc, TrackingUnavailableError):  # the stage did not know the run's id
+            raise exc.naming(run_id) from None
         raise
     finally:
         cluster.shutdown()

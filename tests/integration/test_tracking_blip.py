@@ -69,7 +69,9 @@ def test_a_blip_loses_no_epoch_and_the_stage_that_met_it_runs_again(tmp_path, mo
         run = client.create_run(experiment).info.run_id
         tracker = Tracker(client, url, experiment, config=None)
         sink = outage_record.watched(tracker.history_sink(run), url, "the epoch rows")
-        epochs = _CheckpointedEpochs(sink)
+        # Each checkpoint tries again here (by default the next waits RETRY_AFTER_S after a
+        # failure: tests/unit/test_live_epochs.py).
+        epochs = _CheckpointedEpochs(sink, retry_after_s=0)
         epochs.add(_row(1), checkpointed=True)
     # The server is gone: epoch 2 is checkpointed but cannot be sent, epoch 3 waits for a
     # checkpoint. Neither raises into the training.
