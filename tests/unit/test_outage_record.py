@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 import pytest
 
+from training.errors import TrackingUnavailableError
 from training.tracking import outage_record
 
 URL = "http://user:s3cret@mlflow.example:5000"
@@ -54,13 +55,15 @@ def test_a_wait_is_recorded_when_it_ends_or_gives_up(caplog):
         pass
     with (
         caplog.at_level(logging.WARNING, logger="trainflow.outages"),
-        pytest.raises(RuntimeError),
+        pytest.raises(TrackingUnavailableError),
         outage_record.watch(URL, "the evaluate stage"),
     ):
-        raise RuntimeError("past the grace")
+        raise TrackingUnavailableError("past the grace")
     first, second = outage_record.recorded()
     assert first.waited == "the train stage"
-    assert second.waited.startswith("the evaluate stage, stopped")
+    assert second.waited == (
+        "the evaluate stage, stopped (the server did not answer within the grace)"
+    )
     assert "waited: the evaluate stage, stopped" in caplog.text
 
 

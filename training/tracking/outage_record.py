@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from training.errors import TrackingUnavailableError
 from training.platform.secrets import redact
 
 TABLE = "outages.json"
@@ -88,8 +89,11 @@ def watch(uri: str, waited: str) -> Iterator[None]:
         since = min(time.time(), _gone_since.get(uri, float("inf")))
     try:
         yield
-    except BaseException:
-        ended(uri, since, f"{waited}, stopped (the server did not answer within the grace)")
+    except BaseException as exc:
+        why = "the server did not answer within the grace"
+        if not isinstance(exc, TrackingUnavailableError):  # Ctrl-C, SIGTERM while waiting
+            why = type(exc).__name__
+        ended(uri, since, f"{waited}, stopped ({why})")
         raise
     ended(uri, since, waited)
 
