@@ -206,15 +206,7 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
         ),
         sweep=sweep_outcome,
         test_metrics=evaluated.result.metrics,
-        mlflow=MlflowSummary(
-            tracking_uri=redact(tracker.tracking_uri),
-            experiment=config.mlflow.experiment,
-            experiment_id=tracker.experiment_id,
-            parent_run_id=parent,
-            train_run_id=trained.run_id,
-            ui_command=ui.command(tracker),
-            run_url=ui.run_page_url(tracker, parent),
-        ),
+        mlflow=_mlflow_summary(config, tracker, parent, trained.run_id),
         model=model,
         checkpoint=trained.outcome.checkpoint_path,
         storage=layout.runs_dir(run_id),
@@ -231,6 +223,18 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
     tracker.log_dict(parent, summary.to_dict(), "summary.json")
     run_artifacts.publish(config, tracker, parent, summary)
     return summary
+
+
+def _mlflow_summary(config, tracker, parent: str, train_run: str) -> MlflowSummary:
+    return MlflowSummary(
+        tracking_uri=redact(tracker.tracking_uri),
+        experiment=config.mlflow.experiment,
+        experiment_id=tracker.experiment_id,
+        parent_run_id=parent,
+        train_run_id=train_run,
+        ui_command=ui.command(tracker),
+        run_url=ui.run_page_url(tracker, parent),
+    )
 
 
 def _publish_report(
