@@ -1,7 +1,8 @@
 """The MLflow server stopped during the final training and not back within a short
 ``mlflow.outage_grace_s``: the run exits 1 naming `trainflow run --resume`; with the server
 started again (same port, same store) the resume finishes without training again, and the
-MLflow runs are continued, not duplicated. Two CLI runs (the sweep off): ~3 min on 2 cores."""
+MLflow runs are continued, not duplicated. Two CLI runs (the sweep off): ~5 min on 2 shared
+cores."""
 
 from __future__ import annotations
 
