@@ -106,6 +106,7 @@ def test_past_the_grace_the_run_stops_and_its_resume_finishes_without_training_a
     assert server.stopped.is_set()
     assert code == 1, out[-4000:]
     assert "mlflow.outage_grace_s" in out and f"trainflow run --resume {RUN_ID}" in out, out[-3000:]
+    assert "epoch metrics not logged yet" in _run_log(first_console)  # gone while it trained
 
     second_console = home / "console-2.txt"
     with mlflow_server(home, home / "server-2.log", port=port):
@@ -124,6 +125,7 @@ def test_past_the_grace_the_run_stops_and_its_resume_finishes_without_training_a
         train_runs = [r for r in runs if r.data.tags.get("trainflow.stage") == "train"]
         assert len(train_runs) == 1, names
         assert len([r for r in runs if r.info.run_name == f"pipeline-{RUN_ID}"]) == 1, names
+        assert {r.info.status for r in runs} == {"FINISHED"}, names
         history = client.get_metric_history(train_runs[0].info.run_id, "val_accuracy")
         assert sorted(m.step for m in history) == list(range(1, EPOCHS + 1))
         versions = client.search_model_versions("name='digits-smoke'")
