@@ -6,6 +6,7 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import asdict
 
 from prefect import flow, get_run_logger, runtime
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -15,6 +16,7 @@ from flows import champion_events, quiet_errors, run_artifacts
 from tasks import stages
 from training import progress
 from training.config import PipelineConfig
+from training.errors import TrackingUnavailableError
 from training.platform import cluster, signals
 from training.platform.secrets import redact
 from training.report.html import report_html, report_plots
@@ -22,7 +24,7 @@ from training.report.markdown import report_markdown, summary_markdown
 from training.stages import preprocess as preprocess_stage
 from training.storage import StorageLayout, exists, join
 from training.summary import DataSummary, MlflowSummary, RunSummary
-from training.tracking import store, ui
+from training.tracking import outage_record, store, ui
 from training.tracking.runs import STAGE_TAG
 
 STAGES = ("preprocess", "sweep", "train", "evaluate", "promote")
@@ -65,6 +67,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     run_id = run_id or default_run_id()
     logger = get_run_logger()
     clock = StageClock()
+    outages = _pending_outages(config, run_id)
     # Reach MLflow (a health check for servers) before Ray or any file is touched.
     tracker = store.configure(config)
     parent = tracker.start_parent_run(
@@ -72,6 +75,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
         tags={"prefect.flow_run_id": str(runtime.flow_run.id or ""), **run_artifacts.source_tags()},
     )
     logger.info("run %s: MLflow parent run %s (%s)", run_id, parent, redact(tracker.tracking_uri))
+    _write_outages(config, tracker, parent, outages)
     # A re-run of a killed run (SIGKILL: no handler ran) finds its runs still RUNNING: they
     # belong to a dead process. Stage runs are resumed by name; the trials Tune restarts get
     # new runs.
@@ -89,10 +93,14 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
         # KILLED, anything else FAILED.
         interrupted = isinstance(exc, KeyboardInterrupt | SystemExit | ExternalSignal)
         interrupted = interrupted or signals.received() is not None
-        tracker.close_unfinished(parent, "KILLED" if interrupted else "FAILED")
+        _write_outages(config, tracker, parent, outages)
+        _close_unfinished(tracker, parent, "KILLED" if interrupted else "FAILED")
+        if isinstance(exc, TrackingUnavailableError):  # the stage did not know the run's id
+            raise exc.naming(run_id) from None
         raise
     finally:
         cluster.shutdown()
+    _write_outages(config, tracker, parent, outages)
     tracker.end_run(parent, "FINISHED")
     create_markdown_artifact(
         summary_markdown(summary), key="trainflow-summary", description=f"trainflow run {run_id}"
@@ -100,6 +108,41 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
     if summary.model.gate_record:  # the gate's decision record (docs/gate.md)
         create_table_artifact([summary.model.gate_record], key="gate-decision")
     return summary
+
+
+def _close_unfinished(tracker, parent: str, status: str) -> None:
+    """End the run's MLflow runs as a failed run leaves them. A server that does not answer
+    (the run stops past ``mlflow.outage_grace_s``) cannot take it: the stop's own error goes
+    on, and the resume marks the runs left RUNNING."""
+    try:
+        tracker.close_unfinished(parent, status)
+    except Exception as exc:
+        get_run_logger().warning("MLflow runs not marked %s: %s", status, exc)
+
+
+def _pending_outages(config, run_id: str) -> str:
+    """Where the run keeps the outages MLflow cannot take yet; the record starts with those a
+    stopped run of the same id kept there (its resume writes them)."""
+    pending = join(StorageLayout.from_config(config).runs_dir(run_id), "outages-pending.json")
+    outage_record.reset()  # this run's only: a process may run the flow again
+    try:
+        outage_record.load_pending(pending, config.storage.endpoint_url)
+    except Exception as exc:  # the earlier run's log has each outage's line
+        get_run_logger().warning("the stopped run's tracking outages not read: %s", exc)
+    return pending
+
+
+def _write_outages(config, tracker, parent: str, pending: str) -> None:
+    """The outages the run met, on its parent run; those the server cannot take yet (it is
+    gone again, or for good: the run stops) are kept at ``pending`` for the resume."""
+    try:
+        outage_record.write(tracker.client, parent)
+    except Exception as exc:
+        get_run_logger().warning("the run's tracking outages not in MLflow yet: %s", exc)
+    try:
+        outage_record.keep_pending(pending, config.storage.endpoint_url)
+    except Exception as exc:  # the log has each outage's line
+        get_run_logger().warning("the run's tracking outages not kept for a resume: %s", exc)
 
 
 def _preprocess(config, tracker, parent, layout: StorageLayout):
@@ -163,15 +206,7 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
         ),
         sweep=sweep_outcome,
         test_metrics=evaluated.result.metrics,
-        mlflow=MlflowSummary(
-            tracking_uri=redact(tracker.tracking_uri),
-            experiment=config.mlflow.experiment,
-            experiment_id=tracker.experiment_id,
-            parent_run_id=parent,
-            train_run_id=trained.run_id,
-            ui_command=ui.command(tracker),
-            run_url=ui.run_page_url(tracker, parent),
-        ),
+        mlflow=_mlflow_summary(config, tracker, parent, trained.run_id),
         model=model,
         checkpoint=trained.outcome.checkpoint_path,
         storage=layout.runs_dir(run_id),
@@ -180,6 +215,7 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
             trained.outcome.dashboard if trained.outcome.dashboard_outlives_run else None
         ),
         last_epoch=dict(trained.outcome.history[-1]) if trained.outcome.history else None,
+        outages=[asdict(outage) for outage in outage_record.recorded()],
     )
     summary.report = _publish_report(
         config, tracker, parent, summary, trained.outcome.history, evaluated.result
@@ -187,6 +223,18 @@ def _run_stages(config, run_id, parent, tracker, clock: StageClock) -> RunSummar
     tracker.log_dict(parent, summary.to_dict(), "summary.json")
     run_artifacts.publish(config, tracker, parent, summary)
     return summary
+
+
+def _mlflow_summary(config, tracker, parent: str, train_run: str) -> MlflowSummary:
+    return MlflowSummary(
+        tracking_uri=redact(tracker.tracking_uri),
+        experiment=config.mlflow.experiment,
+        experiment_id=tracker.experiment_id,
+        parent_run_id=parent,
+        train_run_id=train_run,
+        ui_command=ui.command(tracker),
+        run_url=ui.run_page_url(tracker, parent),
+    )
 
 
 def _publish_report(

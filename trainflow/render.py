@@ -60,6 +60,14 @@ def summary_lines(summary: RunSummary, log_path: str | None = None) -> list[str]
         ("stages", " · ".join(f"{k} {v:.1f} s" for k, v in summary.stage_seconds.items())),
         ("MLflow", f"parent run {mlflow.parent_run_id} · {mlflow_how_to_open(mlflow)}"),
     ]
+    if summary.outages:  # each is a row of the parent run's outages.json
+        waited = sum(o["seconds"] for o in summary.outages)
+        rows.append(
+            (
+                "outages",
+                f"MLflow did not answer {len(summary.outages)} time(s), {waited:.0f} s in all",
+            )
+        )
     if summary.report:
         rows.append(("report", summary.report))
     if summary.ray_dashboard:  # an existing cluster's: still served after the run

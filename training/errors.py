@@ -37,7 +37,18 @@ class ServiceUnreachableError(TrainflowError):
 
 class TrackingUnavailableError(TrainflowError):
     """The MLflow server stopped answering during a stage and did not come back within the
-    grace: the run stops (exit 1) and can be resumed."""
+    grace: the run stops (exit 1) and can be resumed. The stage that raises it does not know
+    the run's id: its message says :data:`RESUME_ANY`, which the flow fills in (:meth:`naming`)."""
+
+    RESUME_ANY = "trainflow run --resume <run id>"
+
+    def naming(self, run_id: str) -> TrackingUnavailableError:
+        """The same error, its resume command naming ``run_id``."""
+        named = TrackingUnavailableError(
+            str(self).replace(self.RESUME_ANY, f"trainflow run --resume {run_id}")
+        )
+        named.__cause__ = self.__cause__
+        return named
 
 
 class TrackingBlipError(TrainflowError):

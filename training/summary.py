@@ -80,6 +80,9 @@ class RunSummary:
     #: ``train_rows_per_s`` or ``train_tokens_per_s``, ``data_wait_share`` where the loop
     #: measured them). None: no epoch was recorded.
     last_epoch: dict[str, float] | None = None
+    #: The tracking outages the run met (a resume: its stopped run's too), each as the parent
+    #: run's ``outages.json`` has it (training.tracking.outage_record). Empty: none.
+    outages: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: keys and nesting as the field order above."""
@@ -102,6 +105,7 @@ class RunSummary:
             report=summary.get("report"),
             ray_dashboard=summary.get("ray_dashboard"),
             last_epoch=summary.get("last_epoch"),
+            outages=list(summary.get("outages") or []),
         )
 
 

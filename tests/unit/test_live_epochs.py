@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.loop.progress import _Follower
+from training.loop.progress import RETRY_AFTER_S, _Follower
 
 
 def _report(epoch: int, checkpointed: bool = True) -> dict:
@@ -65,7 +65,34 @@ def test_a_failing_sink_gets_the_rows_again_with_the_next_checkpoint(logged):
         if len(calls) == 1:
             raise ConnectionError("tracking server away")
 
+    now = [0.0]
     follower = _follower(logged, sink=flaky)
+    follower.epochs._clock = lambda: now[0]
     follower.handle(_report(1))  # the server is away: kept, training goes on
+    now[0] += RETRY_AFTER_S
     follower.handle(_report(2))
     assert calls == [[1], [1, 2]]
+
+
+def test_after_a_failed_send_the_rows_wait_a_while_before_the_next(logged):
+    """Each send to a server that does not answer costs seconds of retries: not one an epoch."""
+    calls: list[list[int]] = []
+
+    def away(rows):
+        calls.append([int(r["epoch"]) for r in rows])
+        if len(calls) < 3:
+            raise ConnectionError("tracking server away")
+
+    now = [0.0]
+    follower = _follower(logged, sink=away)
+    follower.epochs._clock = lambda: now[0]
+    for epoch in (1, 2, 3):  # within RETRY_AFTER_S of the failure: not sent
+        follower.handle(_report(epoch))
+        now[0] += RETRY_AFTER_S / 4
+    assert calls == [[1]]
+    now[0] += RETRY_AFTER_S
+    follower.handle(_report(4))  # fails again
+    follower.handle(_report(5))
+    now[0] += RETRY_AFTER_S
+    follower.handle(_report(6))
+    assert calls == [[1], [1, 2, 3, 4], [1, 2, 3, 4, 5, 6]]

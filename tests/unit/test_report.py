@@ -578,6 +578,7 @@ SUMMARY_KEYS = [
     "report",
     "ray_dashboard",
     "last_epoch",
+    "outages",
 ]
 
 

@@ -98,6 +98,23 @@ def test_the_monitor_is_built_beside_training_and_names_its_node(fake_mlflow_mon
     assert made.calls == ["start", "finish"]
 
 
+def test_the_training_does_not_wait_long_for_a_monitor_stuck_on_a_server_gone(
+    fake_mlflow_monitor, monkeypatch, caplog
+):
+    import threading
+
+    stuck = threading.Event()  # MLflow's retries of the monitor's last get_run
+    monkeypatch.setattr(_FakeMlflowMonitor, "finish", lambda self: stuck.wait(30))
+    background = system_metrics._BackgroundMonitor(SystemMetricsTarget("r", "sqlite:///x", 1), 0)
+    fake_mlflow_monitor.built.set()
+    _wait_until(lambda: background._monitor is not None)
+    started = time.monotonic()
+    background.finish(wait_s=0.3)
+    assert time.monotonic() - started < 5
+    assert "last samples not logged" in caplog.text
+    stuck.set()
+
+
 def test_a_training_that_ends_before_the_monitor_is_built_starts_none(fake_mlflow_monitor):
     background = system_metrics._BackgroundMonitor(SystemMetricsTarget("r", "sqlite:///x", 1), 0)
     background.finish()  # training over while MLflow still loads

@@ -95,6 +95,8 @@ def test_past_the_grace_the_run_stops_naming_the_server_and_the_resume(said):
     message = str(raised.value)
     assert "has not answered for 30 s" in message and "mlflow.outage_grace_s" in message
     assert "trainflow run --resume" in message
+    named = str(raised.value.naming("r1"))
+    assert named == message.replace("--resume <run id>", "--resume r1")
     assert "s3cret" not in message and "s3cret" not in " ".join(said)
     assert not is_retriable(raised.value) and not raised.value.user_error  # exit 1, no retry
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +26,9 @@ from training import progress
 from training.loop.function_reports import ReportHistory
 
 _POLL_S = 0.5
+# After a send failed, the next waits this long: each send to a server that does not answer
+# costs seconds of MLflow's retries, and the rows of every epoch in between wait in order.
+RETRY_AFTER_S = 10.0
 logger = logging.getLogger(__name__)
 
 EpochSink = Callable[[list[dict[str, Any]]], None]
@@ -48,11 +52,19 @@ class _ForwardReports(UserCallback):
 class _CheckpointedEpochs:
     """Epoch rows held until a checkpoint covers them, then handed to the sink; dropped on a
     restart (the group resumes from that checkpoint and reports them again). A sink that fails
-    (a tracking server's blip) gets the rows again with the next checkpoint's."""
+    (a tracking server's blip) gets the rows again with the first checkpoint's at least
+    ``retry_after_s`` later."""
 
-    def __init__(self, sink: EpochSink | None) -> None:
+    def __init__(
+        self,
+        sink: EpochSink | None,
+        retry_after_s: float = RETRY_AFTER_S,
+        clock=time.monotonic,
+    ) -> None:
         self._sink = sink
         self._pending: list[dict[str, Any]] = []
+        self._retry_after_s, self._clock = retry_after_s, clock
+        self._next_try = float("-inf")
 
     def add(self, row: dict[str, Any], checkpointed: bool) -> None:
         if self._sink is None:
@@ -65,12 +77,13 @@ class _CheckpointedEpochs:
         self._pending.clear()
 
     def flush(self) -> None:
-        if not self._pending:
+        if not self._pending or self._clock() < self._next_try:
             return
         try:
             self._sink(list(self._pending))
         except Exception as exc:  # training goes on; the run's end logs the whole history
             logger.warning("epoch metrics not logged yet (%s); retrying later", exc)
+            self._next_try = self._clock() + self._retry_after_s
             return
         self._pending.clear()
 

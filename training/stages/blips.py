@@ -1,6 +1,7 @@
 """Each stage task runs inside :func:`tracking_blips`: a stage that failed because the MLflow
 server stopped answering waits for it (``training.tracking.outage``), then asks Prefect's task
-retry to run it again."""
+retry to run it again. The wait goes into the run's record of outages
+(``training.tracking.outage_record``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from training.config import PipelineConfig
 from training.errors import TrackingBlipError
 from training.platform.secrets import redact
+from training.tracking import outage_record
 from training.tracking.outage import is_server_gone, wait_until_answering
 
 
@@ -27,7 +29,8 @@ def tracking_blips(config: PipelineConfig, stage: str) -> Iterator[None]:
         # wait out: it goes on as any failure (Prefect's retry rule decides).
         if not is_http(uri) or not is_server_gone(exc) or _answers(uri):
             raise
-        waited = wait_until_answering(uri, config.mlflow.outage_grace_s, stage)
+        with outage_record.watch(uri, f"the {stage} stage"):
+            waited = wait_until_answering(uri, config.mlflow.outage_grace_s, stage)
         raise TrackingBlipError(
             f"MLflow at {redact(uri)} stopped answering during {stage} and answers again "
             f"after {waited:.0f} s; {stage} runs again"

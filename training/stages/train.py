@@ -16,7 +16,14 @@ from training.report.plots import learning_curves_png
 from training.stages.connect import connect_ray
 from training.stages.evaluated import load_checkpoint_state
 from training.storage import StorageLayout
-from training.tracking import checkpoint_models, flavour, lineage, store, system_metrics
+from training.tracking import (
+    checkpoint_models,
+    flavour,
+    lineage,
+    outage_record,
+    store,
+    system_metrics,
+)
 from training.tracking.runs import Tracker
 from training.tracking.system_metrics import SystemMetricsTarget
 
@@ -51,7 +58,11 @@ def train(config: PipelineConfig, manifest: Manifest, run_id: str, parent_run: s
         manifest,
         run_id,
         StorageLayout.from_config(config),
-        on_epochs=tracker.history_sink(train_run, step_key="epoch"),
+        on_epochs=outage_record.watched(
+            tracker.history_sink(train_run, step_key="epoch"),
+            tracker.tracking_uri,
+            "the training's epoch rows",
+        ),
         epochs_done=tracker.last_step(train_run, config.train.checkpoint.score_attribute),
         wrap_worker=system_metrics.sampling(
             SystemMetricsTarget.of(

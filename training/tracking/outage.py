@@ -79,8 +79,8 @@ def wait_until_answering(
         if waited >= grace_s:
             raise TrackingUnavailableError(
                 f"MLflow at {shown} has not answered for {waited:.0f} s (mlflow.outage_grace_s "
-                f"= {grace_s:g}); start it again, then resume the run (`trainflow run --resume "
-                "<run id>`: nothing trained is trained again)"
+                f"= {grace_s:g}); start it again, then resume the run "
+                f"(`{TrackingUnavailableError.RESUME_ANY}`: nothing trained is trained again)"
             ) from None
         if said is None or clock() - said >= _SAY_EVERY_S:
             said = clock()

@@ -5,7 +5,9 @@ MLflow's own ``SystemMetricsMonitor`` samples in a thread of the first worker of
 numbered in the order of their first rank) so a straggler or an idle GPU shows on its node. The
 worker reaches the tracking server as the driver does; a tracking URI that carries credentials is
 not handed to the workers, and the monitor is not started. A monitor that cannot log stops with a
-warning in the worker's log; training never waits on it.
+warning in the worker's log; training never waits on it, nor on its last samples for more than
+``FINISH_WAIT_S``: while the tracking server does not answer, the monitor's last request sits
+in MLflow's retries for minutes, and the run's outage grace is what decides how long to wait.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 logger = logging.getLogger(__name__)
+FINISH_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -97,12 +100,22 @@ class _BackgroundMonitor:
                 monitor.start()
                 self._monitor = monitor
 
-    def finish(self) -> None:
+    def finish(self, wait_s: float = FINISH_WAIT_S) -> None:
         with self._lock:
             self._finished = True
             monitor = self._monitor
-        if monitor is not None:
-            monitor.finish()
+        if monitor is None:
+            return
+        last = threading.Thread(target=monitor.finish, name="trainflow-system-metrics-end")
+        last.daemon = True  # a server that does not answer must not hold the worker's exit
+        last.start()
+        last.join(wait_s)
+        if last.is_alive():
+            logger.warning(
+                "system metrics: the last samples not logged within %g s (the tracking server "
+                "does not answer); training goes on",
+                wait_s,
+            )
 
 
 def _start_monitor(target: SystemMetricsTarget) -> _BackgroundMonitor | None:
