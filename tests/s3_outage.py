@@ -41,6 +41,9 @@ class OutageProxy:
         self.upstream, self.seconds, self.starts_on = upstream, seconds, starts_on
         self.refused = 0
         self.forwarded = 0
+        #: (seconds since the proxy started, method, target, "forwarded" or "refused")
+        self.requests: list[tuple[float, str, str, str]] = []
+        self._t0 = time.monotonic()
         self.began: float | None = None if starts_on else time.monotonic()
         self._lock, self._stopped = threading.Lock(), threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -66,7 +69,11 @@ class OutageProxy:
         with self._lock:
             if self.began is None and self.starts_on(method, target):
                 self.began = now
-            if self.began is None or now >= self.began + self.seconds:
+            refused = self.began is not None and now < self.began + self.seconds
+            self.requests.append(
+                (now - self._t0, method, target, "refused" if refused else "forwarded")
+            )
+            if not refused:
                 self.forwarded += 1
                 return 0
             self.refused += 1

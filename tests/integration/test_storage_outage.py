@@ -27,8 +27,11 @@ CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
-OUTAGE_S = 6.0
-EPOCHS = 3
+# Longer than Ray Train's own upload retries ride out on pyarrow's default of 3 attempts per
+# request (~5-8 s here, 13 s at most): with the filesystem rebuilt on the worker without
+# storage.retry_attempts, this fit fails with WorkerFailedError.
+OUTAGE_S = 12.0
+EPOCHS = 2
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +77,9 @@ def test_checkpoint_uploads_ride_out_an_s3_outage_and_stay_whole(
         outcome = train_final(config, manifest, "s3-outage", layout)
         took = time.monotonic() - started
 
-        assert outage.refused > 0, "the outage never hit a checkpoint upload"
-        assert outage.began is not None and took > OUTAGE_S
+        refused = [target for _, _, target, what in outage.requests if what == "refused"]
+        assert refused, "the outage never hit a checkpoint upload"
+        assert "/checkpoint_" in refused[0] and took > OUTAGE_S
         assert [row["epoch"] for row in outcome.history] == list(range(1, EPOCHS + 1))
         kept = [path for path, _ in outcome.kept_checkpoints]
         assert len(kept) == EPOCHS and all(p.startswith(f"s3://{BUCKET}/") for p in kept)
