@@ -52,6 +52,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_regression_pipeline.py",
     "tests/integration/test_fsdp.py",
     "tests/integration/test_lm_parallel.py",
+    "tests/integration/test_storage_outage.py",
     "tests/e2e/test_exposed_stack.py",
 )
 

@@ -44,6 +44,7 @@ def _checkpoint_upload(method: str, target: str) -> bool:
     return method in ("PUT", "POST") and "/checkpoint_" in target
 
 
+@pytest.mark.slow
 def test_checkpoint_uploads_ride_out_an_s3_outage_and_stay_whole(
     manifest, s3_endpoint, monkeypatch
 ):
