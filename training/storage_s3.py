@@ -5,8 +5,9 @@ pyarrow retries a failed S3 request itself (the AWS SDK's standard strategy: a 5
 a dropped connection or a timeout is tried again after a random wait of up to 1 s, 2 s, 4 s,
 ... at most 20 s each). But ``S3FileSystem.__reduce__`` leaves its ``retry_strategy`` out, so
 the filesystem Ray Train and Tune pickle to their workers (``storage_filesystem``) and Ray Data
-to its write tasks was rebuilt with pyarrow's default of 3 attempts, ~1.5 s of waiting: a
-storage blip of a few seconds failed a checkpoint upload and restarted the training. This class
+to its write tasks was rebuilt with pyarrow's default of 3 attempts (at most 3 s of waiting):
+with Ray Train's own 3 tries of an upload, an outage longer than ~5-13 s failed the checkpoint
+upload, and the worker group restarted (or the fit failed). This class
 pickles the number of attempts with the rest; the credentials stay where pyarrow keeps them
 (never pickled unless given explicitly, which trainflow never does).
 """
