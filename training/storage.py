@@ -76,7 +76,7 @@ class StorageLayout:
 
     root: str
     endpoint_url: str | None = None
-    #: Tries per S3 request of its writes: checkpoints, Tune state, splits and manifests.
+    #: Tries per S3 request of its writes: checkpoints, Tune state, manifests.
     retry_attempts: int = QUICK_ATTEMPTS
 
     @classmethod
