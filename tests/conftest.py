@@ -56,6 +56,7 @@ LONGEST_FIRST = (
     "tests/integration/test_fsdp.py",
     "tests/integration/test_lm_parallel.py",
     "tests/integration/test_tracking_blip.py",
+    "tests/integration/test_storage_outage.py",
     "tests/e2e/test_exposed_stack.py",
 )
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from training.errors import ServiceUnreachableError, StorageError
+from training.storage_s3 import QUICK_ATTEMPTS, RetryingS3FileSystem
 
 HOME_ENV = "TRAINFLOW_HOME"
 
@@ -41,10 +42,14 @@ def is_remote(uri: str) -> bool:
     return "://" in uri and not uri.startswith("file://")
 
 
-def filesystem(uri: str, endpoint_url: str | None = None) -> tuple[pafs.FileSystem, str]:
+def filesystem(
+    uri: str, endpoint_url: str | None = None, retry_attempts: int = QUICK_ATTEMPTS
+) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and the path inside it for a local path or s3:// URI.
 
     Credentials come only from the environment or an AWS profile, never from config.
+    ``retry_attempts``: tries per S3 request (``training.storage_s3``); a write that must ride
+    out a storage blip gets ``storage.retry_attempts`` through ``StorageLayout``.
     """
     if uri.startswith("s3://"):
         endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
@@ -52,7 +57,7 @@ def filesystem(uri: str, endpoint_url: str | None = None) -> tuple[pafs.FileSyst
         if endpoint:
             scheme, _, host = endpoint.partition("://")
             kwargs = {"endpoint_override": host or scheme, "scheme": scheme if host else "https"}
-        fs = pafs.S3FileSystem(**kwargs)
+        fs = RetryingS3FileSystem(retry_attempts=retry_attempts, **kwargs)
         return fs, uri.removeprefix("s3://").rstrip("/")
     if uri.startswith("file://"):
         uri = uri.removeprefix("file://")
@@ -71,13 +76,15 @@ class StorageLayout:
 
     root: str
     endpoint_url: str | None = None
+    #: Tries per S3 request of its writes: checkpoints, Tune state, manifests.
+    retry_attempts: int = QUICK_ATTEMPTS
 
     @classmethod
     def from_config(cls, config) -> StorageLayout:
         """From a PipelineConfig's storage section (default root: <home>/storage)."""
         storage = config.storage
         root = storage.root or str(trainflow_home() / "storage")
-        return cls(root=root.rstrip("/"), endpoint_url=storage.endpoint_url)
+        return cls(root.rstrip("/"), storage.endpoint_url, storage.retry_attempts)
 
     def data_dir(self, fingerprint: str) -> str:
         return join(self.root, "data", fingerprint)
@@ -86,7 +93,11 @@ class StorageLayout:
         return join(self.root, "runs", run_id)
 
     def fs(self) -> tuple[pafs.FileSystem, str]:
-        return filesystem(self.root, self.endpoint_url)
+        return self.filesystem(self.root)
+
+    def filesystem(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        """``uri``'s filesystem with this layout's endpoint and retries."""
+        return filesystem(uri, self.endpoint_url, self.retry_attempts)
 
     def uri_of(self, ray_path: str) -> str:
         """A path Ray reports inside ``ray_storage``'s filesystem (``bucket/key``), as a URI."""
@@ -99,7 +110,7 @@ class StorageLayout:
         uri = self.runs_dir(run_id)
         if not is_remote(uri):
             return uri, None
-        fs, path = filesystem(uri, self.endpoint_url)
+        fs, path = self.filesystem(uri)
         return path, fs
 
 
@@ -153,7 +164,9 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def write_text_atomic(uri: str, text: str, endpoint_url: str | None = None) -> None:
+def write_text_atomic(
+    uri: str, text: str, endpoint_url: str | None = None, retry_attempts: int = QUICK_ATTEMPTS
+) -> None:
     """Write a whole file or nothing: a temporary name first, then a rename.
 
     On S3 a single PUT is already atomic, so the object is written directly.
@@ -162,13 +175,15 @@ def write_text_atomic(uri: str, text: str, endpoint_url: str | None = None) -> N
         with atomic_path(filesystem(uri)[1]) as tmp:
             tmp.write_text(text)
         return
-    fs, path = filesystem(uri, endpoint_url)
+    fs, path = filesystem(uri, endpoint_url, retry_attempts)
     fs.create_dir(posixpath.dirname(path))
     with fs.open_output_stream(path) as out:
         out.write(text.encode())
 
 
-def delete_dir(uri: str, endpoint_url: str | None = None) -> None:
-    fs, path = filesystem(uri, endpoint_url)
+def delete_dir(
+    uri: str, endpoint_url: str | None = None, retry_attempts: int = QUICK_ATTEMPTS
+) -> None:
+    fs, path = filesystem(uri, endpoint_url, retry_attempts)
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         fs.delete_dir(path)

@@ -79,6 +79,7 @@ TRAINING_BOTTOM = {
     "training.config",  # the package: every module in it
     "training.errors",
     "training.storage",
+    "training.storage_s3",
     "training.metrics",
     "training.platform.secrets",
     "training.platform.probe",

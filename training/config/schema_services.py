@@ -117,6 +117,15 @@ class StorageConfig(Section):
         None, description="absolute path or s3://bucket/prefix; default: <home>/storage"
     )
     endpoint_url: str | None = Field(None, description="S3-compatible endpoint override")
+    retry_attempts: int = Field(
+        10,
+        ge=1,
+        le=50,
+        description="tries per S3 request of a checkpoint, Tune state or manifest write, each "
+        "after a random wait of up to 1, 2, 4 ... 20 s (10: ~80 s in all, riding out a storage "
+        "outage of a minute); split files get Ray Data's own retries; the first look at a "
+        "store keeps 3 so that one that is not there fails fast",
+    )
 
     @field_validator("root")
     @classmethod

@@ -125,7 +125,7 @@ def preprocess(
     packed = spec.task == "causal_lm" and data.pack
     rows_out = _packed(rows_out, data.max_length) if packed else rows_out
     with naming_bad_files(files, plan, in_endpoint):
-        _write(rows_out, data_dir, layout.endpoint_url)
+        _write(rows_out, data_dir, layout)
 
     manifest = _manifest(fingerprint, data, data_dir, files, stats, spec)
     if packed:
@@ -135,7 +135,8 @@ def preprocess(
     manifest.rows_dropped_unlabeled = stats.null_labels
     manifest.first_unlabeled = first_unlabeled
     # Last: the manifest is the completion marker.
-    write_text_atomic(join(data_dir, MANIFEST_FILE), manifest.to_json(), layout.endpoint_url)
+    manifest_uri = join(data_dir, MANIFEST_FILE)
+    write_text_atomic(manifest_uri, manifest.to_json(), layout.endpoint_url, layout.retry_attempts)
     written = stats.rows - stats.null_labels
     log.info("preprocessed %d rows into %s; task %s (%s)", written, data_dir, task, reason)
     progress.report(
@@ -271,14 +272,17 @@ def _releasing(fn):
     return releasing
 
 
-def _write(rows: ray.data.Dataset, data_dir: str, endpoint_url: str | None) -> None:
+def _write(rows: ray.data.Dataset, data_dir: str, layout: StorageLayout) -> None:
     """Write the split directories: staged and renamed into place locally, in place on S3."""
     # Split directories without a manifest are leftovers of a failed attempt.
     for s in SPLITS:
-        delete_dir(join(data_dir, f"{SPLIT}={s}"), endpoint_url)
+        delete_dir(join(data_dir, f"{SPLIT}={s}"), layout.endpoint_url, layout.retry_attempts)
     if is_remote(data_dir):
-        # No rename on S3: write in place; the manifest still comes last.
-        fs, path = filesystem(data_dir, endpoint_url)
+        # No rename on S3: write in place; the manifest still comes last. Ray Data tries each
+        # file again on S3's transient errors (10 times, back-off up to 32 s: DataContext's
+        # retried_io_errors), so its requests keep pyarrow's quick retries: the layout's would
+        # multiply with Ray Data's into a quarter of an hour before an outage is called one.
+        fs, path = filesystem(data_dir, layout.endpoint_url)
         rows.write_parquet(path, partition_cols=[SPLIT], filesystem=fs)
         return
     staging = join(data_dir, f"_incoming-{uuid.uuid4().hex[:12]}")
