@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -156,8 +157,10 @@ def test_a_signal_whose_exception_was_lost_is_still_recorded():
 # A second signal during the first one's clean-up ends the process at once. The first reaches
 # the run through our handler, or through another's (Ray Train's abort in fit()) and the record.
 SECOND = """
-import os, signal, time
+import os, signal, subprocess, time
 from training.platform import signals
+child = subprocess.Popen(["sleep", "60"])  # as Prefect's temporary server
+print(child.pid, flush=True)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signals.watch()
 signals.watch()  # Ray started again in this process: still one handler of ours
@@ -185,5 +188,18 @@ def test_a_second_signal_during_the_clean_up_stops_at_once(name, first, by_train
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
     )
-    assert done.stdout.splitlines() == [f"cleaning up after {first}"], (done.stdout, done.stderr)
+    child, *said = done.stdout.splitlines()
+    assert said == [f"cleaning up after {first}"], (done.stdout, done.stderr)
     assert done.returncode == -getattr(signal, f"SIG{name}")
+    deadline = time.monotonic() + 10
+    while _alive(int(child)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(int(child)), "the child outlived the stop"
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie awaiting its reaper (init, once its parent died)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

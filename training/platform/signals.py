@@ -48,7 +48,16 @@ def stop_if_received() -> None:
 
 def _stop_now(number: int) -> None:
     """A second SIGINT/SIGTERM while the first one's clean-up runs: end the process at once,
-    as the signal's default action does (the next resume marks runs left RUNNING as KILLED)."""
+    as the signal's default action does (the next resume marks runs left RUNNING as KILLED).
+
+    The children hear a SIGTERM first: Ray's own processes die with their parent, but Prefect's
+    temporary server, which an exit hook would have stopped, was left running.
+    """
+    import psutil
+
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
     signal.signal(number, signal.SIG_DFL)
     os.kill(os.getpid(), number)
     os._exit(128 + number)  # not reached: the default action ends the process
