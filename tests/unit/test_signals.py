@@ -159,7 +159,7 @@ def test_a_signal_whose_exception_was_lost_is_still_recorded():
 SECOND = """
 import os, signal, subprocess, time
 from training.platform import signals
-child = subprocess.Popen(["sleep", "60"])  # as Prefect's temporary server
+child = subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print(child.pid, flush=True)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signals.watch()
