@@ -1,8 +1,9 @@
 """Telling an interruption apart: which SIGTERM/SIGINT this process got since Ray started in it.
 
 Each signal becomes a different exception depending on who handles it (Prefect's flow engine,
-Ray's driver handler, Ray Train's fit()); the record kept here lets the flow and the CLI report
-an interruption (runs KILLED, exit 143/130) whatever exception carried it.
+Ray's driver handler, Ray Train's fit()), or into none at all: Python drops an exception a
+handler raises inside a garbage-collector callback. The record kept here lets the flow and the
+CLI stop and report an interruption (runs KILLED, exit 143/130) whatever became of it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def received() -> int | None:
 
 
 def stop_if_received() -> None:
-    """Stop here if a SIGTERM/SIGINT arrived during a Ray call that then returned normally.
+    """Stop here if a SIGTERM/SIGINT arrived during a call that then returned normally (a Ray
+    call, or one whose handler's exception Python dropped; the flow checks at every stage).
 
     Ray Train's fit() handles Ctrl-C itself: its handler aborts the run, and depending on
     where the controller was, fit() then returns the partial Result as if training had ended
