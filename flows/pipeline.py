@@ -37,7 +37,9 @@ def default_run_id() -> str:
 
 
 class StageClock:
-    """Wall seconds per stage, for the summary and the benchmarks."""
+    """Wall seconds per stage, for the summary and the benchmarks; a stage neither begins nor
+    counts as done once the run got SIGINT/SIGTERM (``signals.stop_if_received``: the handler's
+    exception alone can be lost, and the run would go on to register a model and exit 0)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
@@ -46,9 +48,11 @@ class StageClock:
     def stage(self, name: str):
         number = STAGES.index(name) + 1 if name in STAGES else 0
         where = {"index": number, "total": len(STAGES)}
+        signals.stop_if_received()
         progress.report(name, f"[{number}/{len(STAGES)}] started", event="start", **where)
         start = time.perf_counter()
         yield
+        signals.stop_if_received()
         self.seconds[name] = round(time.perf_counter() - start, 2)
         progress.report(
             name,
@@ -88,6 +92,7 @@ def pipeline(config: PipelineConfig | None = None, run_id: str | None = None) ->
         )
     try:
         summary = _run_stages(config, run_id, parent, tracker, clock)
+        signals.stop_if_received()  # one that came during the report: the run is not FINISHED
     except BaseException as exc:
         # No MLflow run may be left RUNNING: Ctrl-C/SIGTERM (Prefect's TerminationSignal) is
         # KILLED, anything else FAILED.

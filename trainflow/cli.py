@@ -4,7 +4,6 @@ local stack's commands (stack_commands.py) and the champion's history and rollba
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,14 +11,21 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from trainflow import champion_commands, inspect_command, notify_commands, stack_commands, startup
+from trainflow import (
+    champion_commands,
+    inspect_command,
+    interrupts,
+    notify_commands,
+    stack_commands,
+    startup,
+)
 from trainflow.compare import compare as compare_command
-from trainflow.output import ReportingGroup, console, errors
+from trainflow.output import ReportingGroup, console
 from trainflow.progress_view import ProgressView
 from trainflow.render import summary_lines
 from trainflow.runlog import CommandLog, logged_to_file
 from trainflow.schedule_commands import app as schedule_app
-from training.errors import ConfigError, TrainflowError
+from training.errors import ConfigError
 from training.metrics import is_count
 from training.report.trials import fmt_metric
 
@@ -102,18 +108,18 @@ def run(
         check_model_now(config)
     prepare_environment(tracking_uri_configured=config.mlflow.tracking_uri is not None)
     check_prefect_api()
-    with CommandLog(trainflow_home(), "run", verbose) as log:
+    with CommandLog(trainflow_home(), "run", verbose) as log, interrupts.reported(run_id):
         console.print(
             f"trainflow run: libraries log to {log.path}", highlight=False, soft_wrap=True
         )
         with ProgressView(console, live=log.interactive and not verbose):
             summary = _run_pipeline(config, run_id)
-    for line in summary_lines(summary, str(log.path)):
-        console.print(line, highlight=False, soft_wrap=True)
-    if summary_json is not None:
-        import json
+        for line in summary_lines(summary, str(log.path)):
+            console.print(line, highlight=False, soft_wrap=True)
+        if summary_json is not None:
+            import json
 
-        summary_json.write_text(json.dumps(summary.to_dict(), indent=2, default=str))
+            summary_json.write_text(json.dumps(summary.to_dict(), indent=2, default=str))
 
 
 def _run_pipeline(config, run_id: str | None) -> RunSummary:
@@ -140,32 +146,12 @@ def _run_pipeline(config, run_id: str | None) -> RunSummary:
 def _run_flow(
     config, run_id: str | None, prefect_server: EarlyTemporaryServer | None
 ) -> RunSummary:
-    """The flow, with Ctrl-C and SIGTERM reported as such (exit 130 / 143)."""
-    from prefect.exceptions import TerminationSignal
-
+    """The flow, once Prefect's server is up (Ctrl-C and SIGTERM: trainflow/interrupts.py)."""
     from flows.pipeline import pipeline  # ~12 s of imports while Prefect's server starts
-    from training.platform import signals
 
-    again = f"; resume with `trainflow run --resume {run_id}`" if run_id else ""
-    try:
-        if prefect_server is not None:
-            prefect_server.wait()
-        return pipeline(config=config, run_id=run_id)
-    except TrainflowError:
-        raise  # reported by the app's error handler, even after a signal
-    except BaseException as exc:
-        # Ctrl-C / SIGTERM: KeyboardInterrupt, Prefect's TerminationSignal, or, inside Ray
-        # calls, a SystemExit; the signal Ray's watcher recorded tells them apart.
-        received = signals.received()
-        if isinstance(exc, KeyboardInterrupt) or received == signal.SIGINT:
-            errors.print(f"[bold red]interrupted[/]: MLflow runs were marked KILLED{again}")
-            raise typer.Exit(130) from None
-        if isinstance(exc, TerminationSignal) or received == signal.SIGTERM:
-            errors.print(
-                f"[bold red]terminated[/] (SIGTERM): MLflow runs were marked KILLED{again}"
-            )
-            raise typer.Exit(143) from None
-        raise
+    if prefect_server is not None:
+        prefect_server.wait()
+    return pipeline(config=config, run_id=run_id)
 
 
 @config_app.command("show")
@@ -351,7 +337,7 @@ def main() -> None:  # pragma: no cover - the `trainflow` command and `python -m
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    startup.exit_promptly(code)
+    startup.exit_promptly(code, last_word=interrupts.exit_code)
 
 
 if __name__ == "__main__":  # pragma: no cover

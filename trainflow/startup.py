@@ -21,6 +21,7 @@ misbehaves. It turns off:
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
 from training.platform import fast_start
@@ -56,7 +57,7 @@ def start_prefect_early() -> EarlyTemporaryServer | None:
     return EarlyTemporaryServer()
 
 
-def exit_promptly(code: int) -> NoReturn:
+def exit_promptly(code: int, last_word: Callable[[int], int] | None = None) -> NoReturn:
     """End the process with ``code``, skipping the interpreter's teardown of its modules.
 
     After a run, that teardown (freeing torch, Ray's core worker, gRPC channels, thousands of
@@ -64,16 +65,22 @@ def exit_promptly(code: int) -> NoReturn:
     out still runs, in its order: threading's exit hooks and the join of non-daemon threads
     (Prefect drains its log and event queues there), then the atexit handlers (Prefect's
     temporary server stops, logging flushes). Only the teardown of the modules' memory is
-    skipped.
+    skipped. ``last_word`` turns the code into the one to exit with, once those ran (a Ctrl-C
+    while they ran: trainflow/interrupts.py).
     """
     if not enabled():
-        sys.exit(code)
+        sys.exit(last_word(code) if last_word else code)
     import atexit
+    import contextlib
     import os
     import threading
 
-    threading._shutdown()  # what Py_FinalizeEx calls first
-    atexit._run_exitfuncs()
+    # A Ctrl-C here interrupts the joins, not the exit: ``last_word`` reports it.
+    with contextlib.suppress(KeyboardInterrupt):
+        threading._shutdown()  # what Py_FinalizeEx calls first
+    atexit._run_exitfuncs()  # prints a handler's exception, as the interpreter does, and goes on
+    if last_word is not None:
+        code = last_word(code)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -5,8 +5,10 @@ Each case runs in its own interpreter: the wakeup fd and the handlers are proces
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,86 @@ def test_a_second_sigterm_or_one_outside_trains_window_exits_at_once(train_windo
     assert done.returncode == 143, (done.stdout, done.stderr)
     assert "fit returned" not in done.stdout
     assert done.stdout.count("abort asked") == (1 if train_window else 0)
+
+
+# The handler's exception lost: raised inside a finaliser (as in a weakref callback during
+# garbage collection, seen after training), Python prints "Exception ignored" and goes on; and
+# another library took the wakeup fd. The handler's own record still stops the run.
+LOST = """
+import os, signal
+from training.platform import signals
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signals.watch()
+signal.set_wakeup_fd(-1)
+
+class Finalised:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs here
+            pass
+
+Finalised()
+print("went on", flush=True)
+signals.stop_if_received()
+print("not stopped")
+"""
+
+
+def test_a_signal_whose_exception_was_lost_is_still_recorded():
+    done = subprocess.run(
+        [sys.executable, "-c", LOST], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert "Exception ignored" in done.stderr and "KeyboardInterrupt" in done.stderr
+    assert done.stdout.splitlines() == ["went on"], (done.stdout, done.stderr)
+    assert done.returncode in (130, -2)
+
+
+# A second signal during the first one's clean-up ends the process at once. The first reaches
+# the run through our handler, or through another's (Ray Train's abort in fit()) and the record.
+SECOND = """
+import os, signal, subprocess, time
+from training.platform import signals
+child = subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(child.pid, flush=True)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signals.watch()
+signals.watch()  # Ray started again in this process: still one handler of ours
+try:
+    if {by_train}:
+        with signals.handlers_restored():
+            signal.signal(signal.SIG{name}, lambda number, frame: None)
+            os.kill(os.getpid(), signal.SIG{name})
+        signals.stop_if_received()
+    else:
+        os.kill(os.getpid(), signal.SIG{name})
+        time.sleep(5)
+except BaseException as exc:
+    print("cleaning up after", type(exc).__name__, flush=True)
+    os.kill(os.getpid(), signal.SIG{name})
+    time.sleep(5)
+    print("clean-up finished")
+"""
+
+
+@pytest.mark.parametrize("by_train", [False, True])
+@pytest.mark.parametrize(("name", "first"), [("INT", "KeyboardInterrupt"), ("TERM", "SystemExit")])
+def test_a_second_signal_during_the_clean_up_stops_at_once(name, first, by_train):
+    code = SECOND.format(name=name, by_train=by_train)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+    child, *said = done.stdout.splitlines()
+    assert said == [f"cleaning up after {first}"], (done.stdout, done.stderr)
+    assert done.returncode == -getattr(signal, f"SIG{name}")
+    deadline = time.monotonic() + 10
+    while _alive(int(child)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(int(child)), "the child outlived the stop"
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie awaiting its reaper (init, once its parent died)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

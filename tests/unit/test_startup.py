@@ -74,3 +74,34 @@ def test_the_quick_exit(fast, monkeypatch):
         with pytest.raises(SystemExit) as exited:
             startup.exit_promptly(3)
         assert exited.value.code == 3 and steps == []
+
+
+def test_the_exit_code_is_decided_after_the_exit_hooks(fast, monkeypatch):
+    """A Ctrl-C while the hooks run (Prefect's queues drain, its server stops) interrupts the
+    joins, not the exit; ``last_word`` then gives the code (130: trainflow/interrupts.py)."""
+    steps = []
+
+    def interrupted_join():
+        steps.append("threads")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading, "_shutdown", interrupted_join)
+    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: steps.append("atexit"))
+
+    def fake_exit(code):
+        steps.append(("_exit", code))
+        raise RuntimeError("os._exit")
+
+    def last_word(code):
+        steps.append(("last word", code))
+        return 130
+
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    if fast:
+        with pytest.raises(RuntimeError, match="os._exit"):
+            startup.exit_promptly(0, last_word=last_word)
+        assert steps == ["threads", "atexit", ("last word", 0), ("_exit", 130)]
+    else:
+        with pytest.raises(SystemExit) as exited:
+            startup.exit_promptly(0, last_word=last_word)
+        assert exited.value.code == 130 and steps == [("last word", 0)]

@@ -1,8 +1,9 @@
 """Telling an interruption apart: which SIGTERM/SIGINT this process got since Ray started in it.
 
 Each signal becomes a different exception depending on who handles it (Prefect's flow engine,
-Ray's driver handler, Ray Train's fit()); the record kept here lets the flow and the CLI report
-an interruption (runs KILLED, exit 143/130) whatever exception carried it.
+Ray's driver handler, Ray Train's fit()), or into none at all: Python drops an exception a
+handler raises inside a garbage-collector callback. The record kept here lets the flow and the
+CLI stop and report an interruption (runs KILLED, exit 143/130) whatever became of it.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import signal
 import threading
 
 _WATCHED = (signal.SIGTERM, signal.SIGINT)
+_OURS = "_trainflow_watch"  # marks the handler ``watch`` installs, so it never wraps itself
 _received: list[int] = []  # signals this process got since Ray started in it
 
 
 _wakeup: list[int] = []  # read end of the pipe Python writes each handled signal number to
+_stopping: list[int] = []  # the signal whose stop began: a second one ends the process at once
 
 
 def received() -> int | None:
@@ -28,7 +31,8 @@ def received() -> int | None:
 
 
 def stop_if_received() -> None:
-    """Stop here if a SIGTERM/SIGINT arrived during a Ray call that then returned normally.
+    """Stop here if a SIGTERM/SIGINT arrived during a call that then returned normally (a Ray
+    call, or one whose handler's exception Python dropped; the flow checks at every stage).
 
     Ray Train's fit() handles Ctrl-C itself: its handler aborts the run, and depending on
     where the controller was, fit() then returns the partial Result as if training had ended
@@ -36,10 +40,29 @@ def stop_if_received() -> None:
     register that half-trained model and exit 0.
     """
     number = received()
+    if number is None:
+        return
+    _stopping.append(number)  # the clean-up begins: a second Ctrl-C may cut it short
     if number == signal.SIGINT:
         raise KeyboardInterrupt
-    if number is not None:
-        raise SystemExit(128 + number)
+    raise SystemExit(128 + number)
+
+
+def _stop_now(number: int) -> None:
+    """A second SIGINT/SIGTERM while the first one's clean-up runs: end the process at once,
+    as the signal's default action does (the next resume marks runs left RUNNING as KILLED).
+
+    The children hear a SIGTERM first: Ray's own processes die with their parent, but Prefect's
+    temporary server, which an exit hook would have stopped, was left running.
+    """
+    import psutil
+
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
+    os._exit(128 + number)  # not reached: the default action ends the process
 
 
 @contextlib.contextmanager
@@ -115,13 +138,20 @@ def watch() -> None:
         _wakeup.append(read_end)
     for signum in _WATCHED:
         previous = signal.getsignal(signum)
-
-        if previous == signal.SIG_IGN:
-            continue
+        if previous == signal.SIG_IGN or getattr(previous, _OURS, False):
+            continue  # ignored on purpose, or watched already (Ray started again)
 
         def on_signal(number, frame, previous=previous):
+            if _stopping:
+                _stop_now(number)
+            # Recorded here too: the exception below can be lost (raised inside a weakref
+            # callback during garbage collection, Python prints "Exception ignored" and goes
+            # on); the flow and the CLI then stop on the record (``stop_if_received``).
+            _received.append(number)
+            _stopping.append(number)
             if callable(previous):
                 previous(number, frame)
             raise SystemExit(128 + number)
 
+        setattr(on_signal, _OURS, True)
         signal.signal(signum, on_signal)
