@@ -4,7 +4,6 @@ local stack's commands (stack_commands.py) and the champion's history and rollba
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,17 +13,17 @@ from rich.table import Table
 
 from trainflow import champion_commands, inspect_command, notify_commands, stack_commands, startup
 from trainflow.compare import compare as compare_command
-from trainflow.output import ReportingGroup, console, errors
+from trainflow.flow_call import run_flow
+from trainflow.output import ReportingGroup, console
 from trainflow.progress_view import ProgressView
 from trainflow.render import summary_lines
 from trainflow.runlog import CommandLog, logged_to_file
 from trainflow.schedule_commands import app as schedule_app
-from training.errors import ConfigError, TrainflowError
+from training.errors import ConfigError
 from training.metrics import is_count
 from training.report.trials import fmt_metric
 
 if TYPE_CHECKING:
-    from trainflow.prefect_server import EarlyTemporaryServer
     from training.summary import RunSummary
 
 app = typer.Typer(
@@ -132,40 +131,9 @@ def _run_pipeline(config, run_id: str | None) -> RunSummary:
         ship = ship_paths(config.model, config.train.function)
     startup.start_ray_early(config.ray, ship)
     try:
-        return _run_flow(config, run_id, startup.start_prefect_early())
+        return run_flow(config, run_id, startup.start_prefect_early())
     finally:
         cluster.shutdown()  # the flow stops Ray itself; not if it failed before its body ran
-
-
-def _run_flow(
-    config, run_id: str | None, prefect_server: EarlyTemporaryServer | None
-) -> RunSummary:
-    """The flow, with Ctrl-C and SIGTERM reported as such (exit 130 / 143)."""
-    from prefect.exceptions import TerminationSignal
-
-    from flows.pipeline import pipeline  # ~12 s of imports while Prefect's server starts
-    from training.platform import signals
-
-    again = f"; resume with `trainflow run --resume {run_id}`" if run_id else ""
-    try:
-        if prefect_server is not None:
-            prefect_server.wait()
-        return pipeline(config=config, run_id=run_id)
-    except TrainflowError:
-        raise  # reported by the app's error handler, even after a signal
-    except BaseException as exc:
-        # Ctrl-C / SIGTERM: KeyboardInterrupt, Prefect's TerminationSignal, or, inside Ray
-        # calls, a SystemExit; the signal Ray's watcher recorded tells them apart.
-        received = signals.received()
-        if isinstance(exc, KeyboardInterrupt) or received == signal.SIGINT:
-            errors.print(f"[bold red]interrupted[/]: MLflow runs were marked KILLED{again}")
-            raise typer.Exit(130) from None
-        if isinstance(exc, TerminationSignal) or received == signal.SIGTERM:
-            errors.print(
-                f"[bold red]terminated[/] (SIGTERM): MLflow runs were marked KILLED{again}"
-            )
-            raise typer.Exit(143) from None
-        raise
 
 
 @config_app.command("show")
