@@ -38,6 +38,7 @@ LONGEST_FIRST = (
     "tests/multinode/test_cluster.py",
     "tests/integration/test_faults.py",
     "tests/e2e/test_flow_kill_resume.py",
+    "tests/e2e/test_prefect_blip.py",
     "tests/e2e/test_function_engine_pipeline.py",
     "tests/e2e/test_lightning_pipeline.py",
     "tests/e2e/test_text_pipeline.py",

@@ -62,7 +62,7 @@ def explained(exc: BaseException, run_id: str | None) -> PrefectUnavailableError
     again = f"`trainflow run --resume {run_id}`" if run_id else "`trainflow run --resume RUN_ID`"
     return PrefectUnavailableError(
         f"Prefect API {api_url} stopped answering during the run and did not come back while "
-        f"Prefect's client retried ({retries} tries over ~{retry_budget_s(retries)} s; "
+        f"Prefect's client retried ({retries} retries over ~{retry_budget_s(retries)} s; "
         f"PREFECT_CLIENT_MAX_RETRIES). Start the server again "
         f"(`trainflow up` for the local stack), then resume with {again}"
     )

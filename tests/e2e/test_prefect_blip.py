@@ -1,12 +1,12 @@
-"""The Prefect server a run reports to stops for a minute during training: the run finishes.
+"""The Prefect server a run reports to stops during training: the run finishes.
 
 `trainflow run` against a real `prefect server start` (PREFECT_API_URL, as with `trainflow up`);
 the server is stopped once the final training reports its first epoch and started again
 OUTAGE_S later on the same port and database. The rest of the run (the training's end,
 evaluate, promote, the artifacts, the flow's final state) meets a server that does not answer:
-Prefect's client waits for it (trainflow sets PREFECT_CLIENT_MAX_RETRIES=7, ~4 min; Prefect's
-default 5 gives up after ~62 s, less than the outage plus the server's restart) and its events
-client sends the task states it kept once the server is back.
+Prefect's client waits for it (trainflow sets PREFECT_CLIENT_MAX_RETRIES=7, ~254 s) and its
+events client sends the task states it kept once the server is back. Prefect's default 5 retries
+(~62 s from the run's first refused call) rode out a 60 s stop, but not this one.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from prefect_servers import PrefectServer
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-OUTAGE_S = 60  # from the stop to the next start; the server then takes ~20-40 s to answer
+OUTAGE_S = 90  # from the stop to the next start; the server then takes 10-40 s to answer
 EPOCHS = 5  # the outage begins after the first: the whole rest of the run meets it
 ARGS = (
     "run",
@@ -61,7 +61,7 @@ def _final_states(server: PrefectServer, timeout_s: float = 60) -> tuple[list, d
         time.sleep(1)
 
 
-def test_a_minute_without_the_prefect_server_does_not_fail_the_run(tmp_path):
+def test_the_prefect_server_stopped_during_training_does_not_fail_the_run(tmp_path):
     started = time.monotonic()
     server = PrefectServer(tmp_path / "prefect-server", free_port())
     server.home.mkdir()
