@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from trainflow.output import errors
-from trainflow.prefect_outage import explained
+from trainflow.prefect_outage import explained, stop_waiting
 from training.errors import TrainflowError
 
 if TYPE_CHECKING:
@@ -46,4 +46,5 @@ def run_flow(config, run_id: str | None, prefect_server: EarlyTemporaryServer | 
         outage = explained(exc, run_id)
         if outage is None:
             raise
-        raise outage from exc  # a Prefect server gone for good
+        stop_waiting()  # a Prefect server gone for good: the exit need not wait for it again
+        raise outage from exc

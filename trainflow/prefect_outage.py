@@ -6,7 +6,8 @@ tries, set by trainflow in ``deployments.stack.service_environment``); task stat
 events that its websocket client keeps and sends again once the server answers. Past the last
 try the flow's call raises httpx's connection error, and the flow engine's own attempt to report
 the failure waits as long again. This module names that error for the user: the server, how
-long the client waited, what to do.
+long the client waited, what to do; and ends the waiting for the rest of the process, whose exit
+would otherwise spend the whole budget again on each log batch still queued.
 """
 
 from __future__ import annotations
@@ -66,3 +67,13 @@ def explained(exc: BaseException, run_id: str | None) -> PrefectUnavailableError
         f"PREFECT_CLIENT_MAX_RETRIES). Start the server again "
         f"(`trainflow up` for the local stack), then resume with {again}"
     )
+
+
+def stop_waiting() -> None:
+    """No more retries in this process: the server was waited for once already. Prefect's
+    background workers (log batches, events) read the setting at each try from the
+    process-global settings, refreshed here from the environment."""
+    from prefect.context import refresh_global_settings_context
+
+    os.environ["PREFECT_CLIENT_MAX_RETRIES"] = "0"
+    refresh_global_settings_context()

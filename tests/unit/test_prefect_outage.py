@@ -12,7 +12,12 @@ import pytest
 
 from deployments.stack import PREFECT_CLIENT_RETRIES, service_environment
 from trainflow import flow_call
-from trainflow.prefect_outage import PrefectUnavailableError, explained, retry_budget_s
+from trainflow.prefect_outage import (
+    PrefectUnavailableError,
+    explained,
+    retry_budget_s,
+    stop_waiting,
+)
 
 API = "http://127.0.0.1:4321/api"
 
@@ -97,6 +102,28 @@ def test_other_errors_keep_their_own_report(monkeypatch, api_url, exc):
     assert explained(exc, "run1") is None
 
 
+def test_after_the_outage_error_no_thread_waits_for_the_server_again(monkeypatch):
+    """Prefect's log and events workers run in threads of their own, which read the
+    process-global settings: a process that gave up on the server exits without retrying."""
+    import threading
+
+    from prefect.context import refresh_global_settings_context
+    from prefect.settings import get_current_settings
+
+    monkeypatch.setenv("PREFECT_CLIENT_MAX_RETRIES", "7")
+    refresh_global_settings_context()
+    try:
+        stop_waiting()
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(get_current_settings()))
+        thread.start()
+        thread.join()
+        assert seen[0].client.max_retries == 0
+    finally:
+        monkeypatch.undo()
+        refresh_global_settings_context()
+
+
 def test_run_flow_ends_with_the_outage_error(monkeypatch):
     monkeypatch.setenv("PREFECT_API_URL", API)
     fake = types.ModuleType("flows.pipeline")
@@ -106,6 +133,9 @@ def test_run_flow_ends_with_the_outage_error(monkeypatch):
 
     fake.pipeline = pipeline
     monkeypatch.setitem(sys.modules, "flows.pipeline", fake)
+    stopped = []
+    monkeypatch.setattr(flow_call, "stop_waiting", lambda: stopped.append(True))
     with pytest.raises(PrefectUnavailableError) as raised:
         flow_call.run_flow(None, "run1", None)
     assert isinstance(raised.value.__cause__, httpx.ConnectError)
+    assert stopped == [True]
