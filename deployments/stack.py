@@ -114,6 +114,9 @@ def _check_ports(options: UpOptions) -> None:
             )
 
 
+PREFECT_CLIENT_RETRIES = 7
+
+
 def service_environment(home: Path) -> dict[str, str]:
     """Quiet, offline defaults for every process of ours (CLI, servers, worker, flow runs)."""
     return {
@@ -131,6 +134,11 @@ def service_environment(home: Path) -> dict[str, str]:
         "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
         # The temporary server's 20 s default is too short on a busy 2-core machine.
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+        # A Prefect server that stops answering mid-run (restarted, moved) is waited for by
+        # Prefect's client: 2, 4, 8, ... s between tries. Its 5 retries give up after ~62 s,
+        # sooner than a server takes to stop and start again; 7 ride out ~4 min
+        # (trainflow/prefect_outage.py says what a run does past that).
+        "PREFECT_CLIENT_MAX_RETRIES": str(PREFECT_CLIENT_RETRIES),
     }
 
 

@@ -41,6 +41,7 @@ LONGEST_FIRST = (
     "tests/multinode/test_cluster.py",
     "tests/e2e/test_lightning_pipeline.py",
     "tests/e2e/test_tracking_outage_resume.py",
+    "tests/e2e/test_prefect_blip.py",
     "tests/integration/test_deepspeed.py",
     "tests/integration/test_faults.py",
     "tests/e2e/test_function_engine_pipeline.py",

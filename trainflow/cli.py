@@ -20,6 +20,7 @@ from trainflow import (
     startup,
 )
 from trainflow.compare import compare as compare_command
+from trainflow.flow_call import run_flow
 from trainflow.output import ReportingGroup, console
 from trainflow.progress_view import ProgressView
 from trainflow.render import summary_lines
@@ -30,7 +31,6 @@ from training.metrics import is_count
 from training.report.trials import fmt_metric
 
 if TYPE_CHECKING:
-    from trainflow.prefect_server import EarlyTemporaryServer
     from training.summary import RunSummary
 
 app = typer.Typer(
@@ -138,20 +138,9 @@ def _run_pipeline(config, run_id: str | None) -> RunSummary:
         ship = ship_paths(config.model, config.train.function)
     startup.start_ray_early(config.ray, ship)
     try:
-        return _run_flow(config, run_id, startup.start_prefect_early())
+        return run_flow(config, run_id, startup.start_prefect_early())
     finally:
         cluster.shutdown()  # the flow stops Ray itself; not if it failed before its body ran
-
-
-def _run_flow(
-    config, run_id: str | None, prefect_server: EarlyTemporaryServer | None
-) -> RunSummary:
-    """The flow, once Prefect's server is up (Ctrl-C and SIGTERM: trainflow/interrupts.py)."""
-    from flows.pipeline import pipeline  # ~12 s of imports while Prefect's server starts
-
-    if prefect_server is not None:
-        prefect_server.wait()
-    return pipeline(config=config, run_id=run_id)
 
 
 @config_app.command("show")
