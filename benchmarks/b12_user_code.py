@@ -195,7 +195,7 @@ def _bare_arm(manifest, storage: str, workers: int, use_gpu: bool, worker, loop_
         import ray.train
         from ray.train.torch import TorchTrainer
 
-        from training.loop.trainer import training_datasets
+        from training.loop.ingest import training_datasets
 
         started = time.time()
         trainer = TorchTrainer(

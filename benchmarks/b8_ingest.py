@@ -101,12 +101,13 @@ def _loop_arm(config, manifest, storage: str, passes: int):
     import functools
 
     def run(rep: int) -> dict[str, Any]:
+        from training.loop import ingest as ingest_module
         from training.loop import trainer as trainer_module
 
         # A split under MATERIALIZE_BELOW_BYTES is cached in the object store before fit();
         # a real-size one is not. Stream from the parquet files at every size, as at 10M rows.
-        cached_below = trainer_module.MATERIALIZE_BELOW_BYTES
-        trainer_module.MATERIALIZE_BELOW_BYTES = 0
+        cached_below = ingest_module.MATERIALIZE_BELOW_BYTES
+        ingest_module.MATERIALIZE_BELOW_BYTES = 0
         try:
             trainer = trainer_module.build_trainer(
                 config,
@@ -117,7 +118,7 @@ def _loop_arm(config, manifest, storage: str, passes: int):
                 train_fn=functools.partial(_ingest_worker, passes=passes),
             )
         finally:
-            trainer_module.MATERIALIZE_BELOW_BYTES = cached_below
+            ingest_module.MATERIALIZE_BELOW_BYTES = cached_below
         out = trainer.fit().return_value
         rows, seconds = out["timings"][-1]
         return {

@@ -61,11 +61,12 @@ def _mlp_worker(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def loop_arm(config, manifest, storage: str):
+    from training.loop import ingest as ingest_module
     from training.loop import trainer as trainer_module
 
     def run(rep: int) -> dict[str, Any]:
-        cached_below = trainer_module.MATERIALIZE_BELOW_BYTES
-        trainer_module.MATERIALIZE_BELOW_BYTES = 0  # streamed, as at 10M rows
+        cached_below = ingest_module.MATERIALIZE_BELOW_BYTES
+        ingest_module.MATERIALIZE_BELOW_BYTES = 0  # streamed, as at 10M rows
         try:
             trainer = trainer_module.build_trainer(
                 config,
@@ -76,7 +77,7 @@ def loop_arm(config, manifest, storage: str):
                 train_fn=_mlp_worker,
             )
         finally:
-            trainer_module.MATERIALIZE_BELOW_BYTES = cached_below
+            ingest_module.MATERIALIZE_BELOW_BYTES = cached_below
         return trainer.fit().return_value
 
     return run

@@ -155,7 +155,7 @@ def test_a_split_keeps_its_order_as_the_trainer_ingests_it(digits, monkeypatch):
 def test_the_trainer_ingests_splits_in_order():
     import ray.train
 
-    from training.loop.trainer import ingest_options
+    from training.loop.ingest import ingest_options
 
     assert ingest_options().preserve_order is True
     assert ray.train.DataConfig.default_ingest_options().preserve_order is False  # why we set it

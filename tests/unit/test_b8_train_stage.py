@@ -16,7 +16,7 @@ if str(REPO_ROOT) not in sys.path:  # `benchmarks` is a top-level folder, not a 
 from benchmarks import b8_ingest  # noqa: E402
 from benchmarks import b8_train_stage as stage  # noqa: E402
 from benchmarks.common import source_config  # noqa: E402
-from training.loop.trainer import MATERIALIZE_BELOW_BYTES, in_memory_splits  # noqa: E402
+from training.loop.ingest import MATERIALIZE_BELOW_BYTES, in_memory_splits  # noqa: E402
 from training.manifest import FeatureSpec, Manifest  # noqa: E402
 
 

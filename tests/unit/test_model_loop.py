@@ -382,7 +382,7 @@ def test_small_splits_on_one_node_are_handed_over_in_memory_unless_caching_is_of
     import ray
 
     from training.data import read
-    from training.loop import trainer
+    from training.loop import ingest
     from training.platform import cluster
 
     manifest = SimpleNamespace(spec=SPEC, rows={"train": 1000, "val": 200})
@@ -390,14 +390,14 @@ def test_small_splits_on_one_node_are_handed_over_in_memory_unless_caching_is_of
     monkeypatch.setattr(read, "load_split_arrays", lambda manifest, split, endpoint: split)
     monkeypatch.setattr(ray, "put", lambda value: f"ref:{value}")
     config = load_config(None, [])
-    assert trainer.in_memory_splits(config, manifest, 2) == {"train": "ref:train", "val": "ref:val"}
+    assert ingest.in_memory_splits(config, manifest, 2) == {"train": "ref:train", "val": "ref:val"}
     off = load_config(None, ["train.shard_cache_mb=0"])  # the user asked to stream every epoch
-    assert trainer.in_memory_splits(off, manifest, 2) is None
-    monkeypatch.setattr(trainer, "MATERIALIZE_BELOW_BYTES", 1000)  # a split too large
-    assert trainer.in_memory_splits(config, manifest, 2) is None
-    monkeypatch.setattr(trainer, "MATERIALIZE_BELOW_BYTES", 256 * 1024**2)
+    assert ingest.in_memory_splits(off, manifest, 2) is None
+    monkeypatch.setattr(ingest, "MATERIALIZE_BELOW_BYTES", 1000)  # a split too large
+    assert ingest.in_memory_splits(config, manifest, 2) is None
+    monkeypatch.setattr(ingest, "MATERIALIZE_BELOW_BYTES", 256 * 1024**2)
     monkeypatch.setattr(cluster, "is_single_node", lambda: False)  # refs would not survive
-    assert trainer.in_memory_splits(config, manifest, 2) is None
+    assert ingest.in_memory_splits(config, manifest, 2) is None
 
 
 def test_a_worker_resumes_from_its_own_copy_of_a_remote_checkpoint(tmp_path):

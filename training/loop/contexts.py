@@ -75,7 +75,7 @@ class TrainContext(_RayReporting):
     small shard every epoch cost ~30 % of a 1-core CNN's throughput (benchmark B1), although
     the batches themselves arrive in well under a second per epoch.
 
-    ``splits`` (small splits on one node, ``trainer.in_memory_splits``): object refs of each
+    ``splits`` (small splits on one node, ``ingest.in_memory_splits``): object refs of each
     split's arrays; the worker takes its shard of them directly, with no Ray Data split (whose
     dataset manager and split coordinators are three more processes to start before the first
     batch: ~8 s of a 2-core machine's 20 s train stage on digits).
