@@ -53,7 +53,6 @@ LONGEST_FIRST = (
     "tests/e2e/test_image_folder_pipeline.py",
     "tests/e2e/test_text_pipeline.py",
     "tests/e2e/test_regression_pipeline.py",
-    "tests/e2e/test_interrupt_after_training.py",
     "tests/integration/test_training.py",
     "tests/integration/test_fsdp.py",
     "tests/integration/test_lm_parallel.py",
