@@ -44,6 +44,7 @@ STAGE_TASKS = {
     "evaluate": ("task:evaluate",),
     "promote": ("task:promote",),
 }
+UNSAMPLED = "mlflow.system_metrics_interval_s=0"
 LIBRARY = ("lib:preprocess", "lib:sweep", "lib:train", "lib:evaluate", "lib:promote")
 _ANCHOR = "time inside the five stage tasks' bodies (the stages' own work)"
 FIGURES = [
@@ -347,19 +348,25 @@ def stack_arm(ctx: Context, home: Path):
     return run
 
 
-def clean_arm(ctx: Context):
-    args = flow_args(ctx)
+def clean_arm(ctx: Context, sets: tuple[str, ...] = (), name: str = "clean"):
+    """The default run in a fresh home, with ``sets`` (``key=value``) added to its command."""
+    args = [*flow_args(ctx), *(arg for value in sets for arg in ("--set", value))]
 
     def run(rep: int) -> dict[str, Any]:
-        home = ctx.scratch(f"flow-clean-{rep}")
-        return analyse(run_flow(home, f"bench-clean-{rep}", args))
+        home = ctx.scratch(f"flow-{name}-{rep}")
+        return analyse(run_flow(home, f"bench-{name}-{rep}", args))
 
     return run
 
 
 def flow_samples(ctx: Context, reps: int, with_recovery: bool) -> dict[str, list]:
     with running_stack(ctx) as stack_home:
-        arms = {"clean": clean_arm(ctx), "stack": stack_arm(ctx, stack_home)}
+        arms = {
+            "clean": clean_arm(ctx),
+            "stack": stack_arm(ctx, stack_home),
+            # What the workers' system-metrics sampling costs: the same run without it.
+            "unsampled": clean_arm(ctx, (UNSAMPLED,), "unsampled"),
+        }
         if with_recovery:
             arms["killed_resumed"] = recovery_arm(ctx)
         return h.run_alternating(arms, reps, label="flows")
@@ -409,6 +416,19 @@ def run(ctx: Context) -> h.Outcome:
             "same run against a running stack, wall time",
             "s",
             h.pluck(samples["stack"], "wall_s"),
+        ),
+        h.Figure(
+            "overhead_pct_unsampled",
+            "same run without system-metrics sampling, overhead %",
+            "%",
+            h.pluck(samples["unsampled"], "overhead_pct"),
+            anchor=_ANCHOR,
+        ),
+        h.Figure(
+            "wall_s_unsampled",
+            "same run without system-metrics sampling, wall time",
+            "s",
+            h.pluck(samples["unsampled"], "wall_s"),
         ),
         h.Figure(
             "prefect_start_s",
